@@ -1,0 +1,184 @@
+package api
+
+import "time"
+
+// Sandbox states. A sandbox moves starting → running → sleeping → running …
+// and ends destroyed; failed means the last start did not complete.
+const (
+	StateStarting  = "starting"
+	StateRunning   = "running"
+	StateSleeping  = "sleeping"
+	StateDestroyed = "destroyed"
+	StateFailed    = "failed"
+)
+
+// Resources is a custom instance size. VCPU may be fractional (0.25).
+type Resources struct {
+	VCPU      float64 `json:"vcpu"`
+	MemoryMiB int64   `json:"memoryMib"`
+	DiskMB    int64   `json:"diskMb"`
+}
+
+// CreateSandboxRequest creates a sandbox, or with get-or-create semantics
+// returns the existing one (waking it if it sleeps). Image, Instance and
+// Internet apply at each start, so a sleeping sandbox can wake with new ones.
+type CreateSandboxRequest struct {
+	Name      string            `json:"name"`
+	Image     string            `json:"image,omitempty"`    // name, ref or sha256 digest; default "debian-trixie"
+	Instance  string            `json:"instance,omitempty"` // lite, basic, standard-1..4; default "lite"
+	Resources *Resources        `json:"resources,omitempty"`
+	Internet  *bool             `json:"internet,omitempty"` // default false
+	Env       map[string]string `json:"env,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// SleepAfter is a Go duration ("10m", "30s"); default 10m.
+	SleepAfter string `json:"sleepAfter,omitempty"`
+	KeepAlive  *bool  `json:"keepAlive,omitempty"`
+}
+
+// Sandbox is the controller's view of one named sandbox.
+type Sandbox struct {
+	Name        string            `json:"name"`
+	ID          string            `json:"id"`
+	State       string            `json:"state"`
+	Image       string            `json:"image"`       // what the user asked for
+	ImageDigest string            `json:"imageDigest"` // what it started from
+	Instance    string            `json:"instance"`
+	Resources   Resources         `json:"resources"`
+	Internet    bool              `json:"internet"`
+	Env         map[string]string `json:"env,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	SleepAfter  string            `json:"sleepAfter"`
+	KeepAlive   bool              `json:"keepAlive"`
+	IP          string            `json:"ip,omitempty"`
+	CreatedAt   time.Time         `json:"createdAt"`
+	StartedAt   *time.Time        `json:"startedAt,omitempty"`
+	LastActive  time.Time         `json:"lastActive"`
+	SleepAt     *time.Time        `json:"sleepAt,omitempty"`
+	Error       string            `json:"error,omitempty"` // why it failed, when State is failed
+	OOMKilled   bool              `json:"oomKilled,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ExecRequest runs one command. Exactly one of Argv and Command is set;
+// Command is run with /bin/sh -c.
+type ExecRequest struct {
+	Argv      []string          `json:"argv,omitempty"`
+	Command   string            `json:"command,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"` // default: the user's home
+	Env       map[string]string `json:"env,omitempty"`
+	User      string            `json:"user,omitempty"` // default: "user" if the image has it, else root
+	Stdin     []byte            `json:"stdin,omitempty"`
+	TimeoutMs int64             `json:"timeoutMs,omitempty"` // 0: no timeout
+}
+
+// ExitStatus ends every exec. Signal is set when the process was killed by a
+// signal (then ExitCode is 128+signal, as a shell reports it).
+type ExitStatus struct {
+	ExitCode   int    `json:"exitCode"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timedOut,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+}
+
+// ExecResult is the buffered form of an exec.
+type ExecResult struct {
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	ExitStatus
+	// Truncated is true when output exceeded the buffered limit; use the
+	// streaming form for unbounded output.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ExecEvent is one server-sent event of a streamed exec. Type is "stdout",
+// "stderr" (Data holds the bytes), "exit" (Exit is set) or "error" (Error is
+// set). A stream ends with exactly one exit or error event; it never ends
+// with an invented exit code.
+type ExecEvent struct {
+	Type  string      `json:"type"`
+	Data  []byte      `json:"data,omitempty"`
+	Exit  *ExitStatus `json:"exit,omitempty"`
+	Error *Error      `json:"error,omitempty"`
+}
+
+// FileInfo describes one file in a sandbox.
+type FileInfo struct {
+	Path    string    `json:"path"` // absolute, inside the sandbox
+	Name    string    `json:"name"`
+	Type    string    `json:"type"` // file, dir, symlink, other
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits
+	ModTime time.Time `json:"modTime"`
+	Target  string    `json:"target,omitempty"` // symlink target
+}
+
+// FileList is the body of a directory listing.
+type FileList struct {
+	Files []FileInfo `json:"files"`
+}
+
+// MkdirRequest is mkdir -p.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// RenameRequest moves From to To inside one sandbox.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// ExistsResponse answers an exists query.
+type ExistsResponse struct {
+	Exists bool `json:"exists"`
+}
+
+// Image is one image in the local store.
+type Image struct {
+	Name      string    `json:"name,omitempty"` // named image, if any
+	Ref       string    `json:"ref,omitempty"`  // where it came from
+	Digest    string    `json:"digest"`         // manifest digest, sha256:…
+	Size      int64     `json:"size"`           // compressed layer bytes
+	Layers    int       `json:"layers"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// ImageList is the body of GET /v1/images.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// PullRequest pulls an image reference and optionally names it.
+type PullRequest struct {
+	Ref  string `json:"ref"`
+	Name string `json:"name,omitempty"`
+}
+
+// Progress is one event of a long operation (pull, import, build-base),
+// streamed as server-sent events. The last event has Done or Error set.
+type Progress struct {
+	Message string `json:"message,omitempty"`
+	Current int64  `json:"current,omitempty"`
+	Total   int64  `json:"total,omitempty"`
+	Done    bool   `json:"done,omitempty"`
+	Image   *Image `json:"image,omitempty"`
+	Error   *Error `json:"error,omitempty"`
+}
+
+// Error is the body of every error response: {code, message}.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Health is the body of GET /v1/health on the server and on the agent.
+type Health struct {
+	Status   string `json:"status"`
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol,omitempty"` // agent protocol version
+}
