@@ -1,0 +1,60 @@
+package server
+
+import (
+	"context"
+	"io"
+
+	"github.com/berth-sh/berth/api"
+)
+
+// Backend is what the HTTP server needs from the rest of berth. The
+// controller implements it; tests use small fakes. Every method returns
+// errors from internal/errdefs so that api.HTTPStatus can map them.
+type Backend interface {
+	Sandboxes
+	Files
+	Images
+}
+
+// ListFilter selects sandboxes by state and by labels (all must match).
+type ListFilter struct {
+	State  string
+	Labels map[string]string
+}
+
+// Sandboxes is the lifecycle half of the backend.
+type Sandboxes interface {
+	// GetOrCreate returns the named sandbox, creating it or waking it as
+	// needed, and reports whether it was created. With createOnly, an
+	// existing sandbox is an AlreadyExists error.
+	GetOrCreate(ctx context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error)
+	Get(ctx context.Context, name string) (api.Sandbox, error)
+	List(ctx context.Context, f ListFilter) ([]api.Sandbox, error)
+	Destroy(ctx context.Context, name string) error
+	// Sleep stops the sandbox's compute now, keeping its files.
+	Sleep(ctx context.Context, name string) error
+	// Exec runs a command, waking the sandbox if needed, and streams its
+	// output to stdout and stderr as it is produced.
+	Exec(ctx context.Context, name string, req api.ExecRequest, stdout, stderr io.Writer) (api.ExitStatus, error)
+}
+
+// Files is the files API. Paths are resolved inside the sandbox by its agent.
+type Files interface {
+	ReadFile(ctx context.Context, name, path string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, name, path string, r io.Reader, mode uint32) error
+	ListFiles(ctx context.Context, name, path string, recursive bool) ([]api.FileInfo, error)
+	Stat(ctx context.Context, name, path string) (api.FileInfo, error)
+	Mkdir(ctx context.Context, name string, req api.MkdirRequest) error
+	Remove(ctx context.Context, name, path string, recursive bool) error
+	Rename(ctx context.Context, name string, req api.RenameRequest) error
+	Exists(ctx context.Context, name, path string) (bool, error)
+}
+
+// Images is the image store half of the backend. progress may be nil.
+type Images interface {
+	ListImages(ctx context.Context) ([]api.Image, error)
+	PullImage(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error)
+	ImportImage(ctx context.Context, name string, r io.Reader, progress func(api.Progress)) (api.Image, error)
+	BuildBase(ctx context.Context, progress func(api.Progress)) (api.Image, error)
+	RemoveImage(ctx context.Context, ref string) error
+}
