@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+)
+
+// Options configure a run.
+type Options struct {
+	N        int    // samples per figure (TTI uses N sandboxes, sequentially)
+	JSON     bool   // print one JSON object instead of a table
+	Image    string // default debian-trixie
+	Instance string // default standard-2 (one full vCPU)
+	// DataDir and Runtime let the baseline build a raw runc bundle from the
+	// same image layers the server uses. Empty Runtime skips the baseline.
+	DataDir string
+	Runtime string
+	Logf    func(format string, args ...any)
+}
+
+// Report is the JSON form of a run.
+type Report struct {
+	TTI       *Stat     `json:"tti_ms"`
+	Exec      *Stat     `json:"exec_ms"`
+	Wake      *Stat     `json:"wake_ms"`
+	Baselines Baselines `json:"baselines"`
+	Ratios    Ratios    `json:"ratios"`
+	Instance  string    `json:"instance"`
+	Image     string    `json:"image"`
+}
+
+// Baselines are the same operations done with plain tools in the same run.
+type Baselines struct {
+	RuncRun    *Stat  `json:"runc_run_ms"`
+	DockerRun  *Stat  `json:"docker_run_ms"`
+	DockerExec *Stat  `json:"docker_exec_ms"`
+	Note       string `json:"note,omitempty"`
+}
+
+// Ratios are berth's p50 divided by the baseline's p50 (lower is better).
+type Ratios struct {
+	TTIvsRuncRun    *float64 `json:"tti_vs_runc_run,omitempty"`
+	TTIvsDockerRun  *float64 `json:"tti_vs_docker_run,omitempty"`
+	ExecVsDocker    *float64 `json:"exec_vs_docker_exec,omitempty"`
+}
+
+// Run measures and prints. Sandboxes it creates are named bench-* and are
+// destroyed afterwards.
+func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error {
+	if o.N <= 0 {
+		o.N = 50
+	}
+	if o.Image == "" {
+		o.Image = "debian-trixie"
+	}
+	if o.Instance == "" {
+		o.Instance = "standard-2"
+	}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	rep := Report{Instance: o.Instance, Image: o.Image}
+	run := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+
+	// Time to interactive: create by name → `node -v` exits 0.
+	logf("time to interactive: %d sandboxes, sequentially", o.N)
+	var tti []time.Duration
+	for i := 0; i < o.N; i++ {
+		name := fmt.Sprintf("bench-%s-tti-%d", run, i)
+		t0 := time.Now()
+		if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance}); err != nil {
+			return fmt.Errorf("create %s: %w", name, err)
+		}
+		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"node", "-v"}})
+		d := time.Since(t0)
+		if err != nil || res.ExitCode != 0 {
+			return fmt.Errorf("node -v in %s: %+v %v", name, res, err)
+		}
+		tti = append(tti, d)
+		if err := c.Destroy(ctx, name); err != nil {
+			return err
+		}
+	}
+	rep.TTI = summarize(tti)
+
+	// Exec round trip of `true` in one running sandbox.
+	name := fmt.Sprintf("bench-%s-exec", run)
+	if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance}); err != nil {
+		return err
+	}
+	defer c.Destroy(context.WithoutCancel(ctx), name)
+	logf("exec round trip: %d × true", o.N)
+	var execs []time.Duration
+	for i := 0; i < o.N+5; i++ {
+		t0 := time.Now()
+		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"true"}})
+		d := time.Since(t0)
+		if err != nil || res.ExitCode != 0 {
+			return fmt.Errorf("exec true: %+v %v", res, err)
+		}
+		if i >= 5 { // warm-up
+			execs = append(execs, d)
+		}
+	}
+	rep.Exec = summarize(execs)
+
+	// Wake: sleep (untimed), then time the first exec.
+	wakes := o.N / 2
+	if wakes < 5 {
+		wakes = 5
+	}
+	logf("wake from sleep: %d rounds", wakes)
+	if err := c.WriteFile(ctx, name, "bench-marker", strings.NewReader("kept"), 0o644); err != nil {
+		return err
+	}
+	var wake []time.Duration
+	for i := 0; i < wakes; i++ {
+		if err := c.Sleep(ctx, name); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"cat", "bench-marker"}})
+		d := time.Since(t0)
+		if err != nil || res.Stdout != "kept" {
+			return fmt.Errorf("first exec after wake: %+v %v", res, err)
+		}
+		wake = append(wake, d)
+	}
+	rep.Wake = summarize(wake)
+
+	rep.Baselines = baselines(ctx, o, logf)
+	if rep.Baselines.RuncRun != nil && rep.TTI != nil {
+		rep.Ratios.TTIvsRuncRun = ratio(rep.TTI.P50, rep.Baselines.RuncRun.P50)
+	}
+	if rep.Baselines.DockerRun != nil && rep.TTI != nil {
+		rep.Ratios.TTIvsDockerRun = ratio(rep.TTI.P50, rep.Baselines.DockerRun.P50)
+	}
+	if rep.Baselines.DockerExec != nil && rep.Exec != nil {
+		rep.Ratios.ExecVsDocker = ratio(rep.Exec.P50, rep.Baselines.DockerExec.P50)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printTable(out, rep)
+	return nil
+}
+
+func ratio(a, b float64) *float64 {
+	if b == 0 {
+		return nil
+	}
+	r := round(a / b)
+	return &r
+}
+
+func printTable(out io.Writer, r Report) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "berth bench — image %s, instance %s\n\n", r.Image, r.Instance)
+	fmt.Fprintln(tw, "figure\tp50 ms\tp95 ms\tn\tbaseline p50 ms\tratio (berth/baseline)\ttarget")
+	row := func(label string, s *Stat, base string, bs *Stat, target string) {
+		if s == nil {
+			return
+		}
+		b, rt := "-", "-"
+		if bs != nil {
+			b = fmt.Sprintf("%.1f (%s)", bs.P50, base)
+			rt = fmt.Sprintf("%.2f×", s.P50/bs.P50)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%s\t%s\t%s\n", label, s.P50, s.P95, s.N, b, rt, target)
+	}
+	row("time to interactive (create → node -v)", r.TTI, "runc run node -v", r.Baselines.RuncRun, "p50 ≤ 150 ms, ≤ 1.0× runc run")
+	if r.Baselines.DockerRun != nil {
+		row("time to interactive vs docker", r.TTI, "docker run", r.Baselines.DockerRun, "≥ 4× faster")
+	}
+	row("exec round trip (true)", r.Exec, "docker exec", r.Baselines.DockerExec, "p50 ≤ 5 ms")
+	row("wake → first exec", r.Wake, "", nil, "p50 ≤ 200 ms")
+	tw.Flush()
+	if r.Baselines.Note != "" {
+		fmt.Fprintf(out, "\n%s\n", r.Baselines.Note)
+	}
+}

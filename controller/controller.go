@@ -1,0 +1,416 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/agentclient"
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/server"
+	"github.com/berth-sh/berth/store"
+)
+
+// Config wires a Manager.
+type Config struct {
+	Store   store.Store
+	Images  Images
+	Rootfs  Rootfs
+	Network Network
+	Runtime Runtime
+	// RunDir is a host-only directory (0700) for bundles and agent sockets.
+	RunDir string
+	// AgentBinary is the berth-agent executable bind-mounted into sandboxes.
+	AgentBinary string
+	// DefaultImage is used when a create request names no image.
+	DefaultImage string
+	// DNS servers written to each sandbox's resolv.conf when it has internet.
+	DNS []string
+	// AlarmTick is how often idle sandboxes are checked; default 1s.
+	AlarmTick time.Duration
+	// StartTimeout bounds one container start (agent ready); default 30s.
+	StartTimeout time.Duration
+	Logf         func(format string, args ...any)
+}
+
+// Manager is the set of sandbox controllers on this daemon.
+type Manager struct {
+	cfg Config
+	st  store.Store
+
+	mu     sync.Mutex
+	actors map[string]*actor // by name; guarded by mu
+}
+
+// actor is the in-memory half of one sandbox's controller. Every lifecycle
+// operation holds mu for its whole duration, so operations on one name are
+// serialized while different names proceed in parallel.
+type actor struct {
+	name string
+	mu   sync.Mutex
+	// The fields below are guarded by mu.
+	rec     store.Sandbox
+	exists  bool // rec is persisted
+	deleted bool // the actor was removed from the map; callers must retry
+	agent   *agentclient.Client
+
+	// activity is guarded by actMu, not mu, so exec does not wait for a
+	// slow lifecycle op just to record that it ran.
+	actMu      sync.Mutex
+	active     int       // running execs and open streams
+	lastActive time.Time // last API activity
+	savedSleep time.Time // SleepAt last persisted
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// ValidName reports whether s can name a sandbox. Names become host names
+// and parts of preview URLs, so they are DNS labels.
+func ValidName(s string) error {
+	if !nameRE.MatchString(s) {
+		return errdefs.InvalidArgument("invalid sandbox name %q: use 1-63 lowercase letters, digits and '-', starting with a letter or digit", s)
+	}
+	return nil
+}
+
+// New returns a Manager. Call Reconcile before serving requests and Run to
+// start the alarm loop.
+func New(cfg Config) *Manager {
+	if cfg.AlarmTick == 0 {
+		cfg.AlarmTick = time.Second
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = "debian-trixie"
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	return &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
+}
+
+// lock returns the actor for name with its mutex held, loading its record
+// from the store on first use.
+func (m *Manager) lock(ctx context.Context, name string) (*actor, error) {
+	for {
+		m.mu.Lock()
+		a := m.actors[name]
+		if a == nil {
+			a = &actor{name: name}
+			m.actors[name] = a
+			a.mu.Lock()
+			m.mu.Unlock()
+			rec, err := m.st.Get(ctx, name)
+			switch {
+			case err == nil:
+				a.rec, a.exists = rec, true
+				a.lastActive = rec.LastActive
+			case !errors.Is(err, errdefs.ErrNotFound):
+				m.mu.Lock()
+				delete(m.actors, name)
+				m.mu.Unlock()
+				a.deleted = true
+				a.mu.Unlock()
+				return nil, err
+			}
+			return a, nil
+		}
+		m.mu.Unlock()
+		a.mu.Lock()
+		if a.deleted {
+			a.mu.Unlock()
+			continue
+		}
+		return a, nil
+	}
+}
+
+// drop removes an actor whose record no longer exists. Callers hold a.mu.
+func (m *Manager) drop(a *actor) {
+	m.mu.Lock()
+	if m.actors[a.name] == a {
+		delete(m.actors, a.name)
+	}
+	m.mu.Unlock()
+	a.deleted = true
+}
+
+// save persists a's record, keeping the optimistic version in step.
+func (m *Manager) save(ctx context.Context, a *actor) error {
+	a.actMu.Lock()
+	a.rec.LastActive = a.lastActive
+	a.rec.SleepAt = time.Time{}
+	if a.rec.State == api.StateRunning && !a.rec.KeepAlive {
+		a.rec.SleepAt = a.lastActive.Add(a.rec.SleepAfter)
+		if a.active > 0 {
+			// Busy: the alarm can only fire SleepAfter after it ends.
+			a.rec.SleepAt = time.Now().UTC().Add(a.rec.SleepAfter)
+		}
+	}
+	a.savedSleep = a.rec.SleepAt
+	a.actMu.Unlock()
+	v, err := m.st.Put(ctx, a.rec)
+	if err != nil {
+		return fmt.Errorf("persist sandbox %q: %w", a.name, err)
+	}
+	a.rec.Version = v
+	a.exists = true
+	return nil
+}
+
+func (m *Manager) journal(ctx context.Context, name, op, detail string) {
+	if err := m.st.Append(ctx, store.JournalEntry{Sandbox: name, Op: op, Detail: detail}); err != nil {
+		m.cfg.Logf("journal %s %s: %v", name, op, err)
+	}
+}
+
+func newID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "s" + hex.EncodeToString(b[:])
+}
+
+// GetOrCreate implements server.Sandboxes.
+func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error) {
+	if err := ValidName(req.Name); err != nil {
+		return api.Sandbox{}, false, err
+	}
+	sleepAfter := 10 * time.Minute
+	if req.SleepAfter != "" {
+		d, err := time.ParseDuration(req.SleepAfter)
+		if err != nil || d < time.Second || d > 30*24*time.Hour {
+			return api.Sandbox{}, false, errdefs.InvalidArgument("sleepAfter %q must be a duration between 1s and 720h, like \"30s\" or \"10m\"", req.SleepAfter)
+		}
+		sleepAfter = d
+	}
+	for k := range req.Env {
+		if k == "" || len(k) > 256 || containsAny(k, "=\x00") {
+			return api.Sandbox{}, false, errdefs.InvalidArgument("invalid env name %q", k)
+		}
+	}
+	a, err := m.lock(ctx, req.Name)
+	if err != nil {
+		return api.Sandbox{}, false, err
+	}
+	defer a.mu.Unlock()
+	created := false
+	if a.exists {
+		if createOnly {
+			return api.Sandbox{}, false, errdefs.AlreadyExists("sandbox %q already exists", req.Name)
+		}
+		// Instance and internet are chosen at each start: a request that
+		// names them applies to the next start (now, if it sleeps).
+		if err := applyStartOptions(&a.rec, req); err != nil {
+			return api.Sandbox{}, false, err
+		}
+	} else {
+		instance, res, err := resolveInstance(req.Instance, req.Resources)
+		if err != nil {
+			return api.Sandbox{}, false, err
+		}
+		img := req.Image
+		if img == "" {
+			img = m.cfg.DefaultImage
+		}
+		now := time.Now().UTC()
+		a.rec = store.Sandbox{
+			Name: req.Name, ID: newID(), State: api.StateStarting, Image: img,
+			Instance: instance, Resources: res, Internet: req.Internet != nil && *req.Internet,
+			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
+			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
+		}
+		if err := m.save(ctx, a); err != nil {
+			return api.Sandbox{}, false, err
+		}
+		m.journal(ctx, a.name, "create", a.rec.ID)
+		created = true
+	}
+	m.touch(a)
+	if a.rec.State != api.StateRunning {
+		if err := m.start(ctx, a); err != nil {
+			return m.view(a), created, err
+		}
+	}
+	return m.view(a), created, nil
+}
+
+func containsAny(s, chars string) bool {
+	for _, c := range chars {
+		for _, d := range s {
+			if c == d {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// applyStartOptions updates the choices that apply at each start.
+func applyStartOptions(rec *store.Sandbox, req api.CreateSandboxRequest) error {
+	if req.Instance != "" || req.Resources != nil {
+		instance, res, err := resolveInstance(req.Instance, req.Resources)
+		if err != nil {
+			return err
+		}
+		rec.Instance, rec.Resources = instance, res
+	}
+	if req.Internet != nil {
+		rec.Internet = *req.Internet
+	}
+	if req.KeepAlive != nil {
+		rec.KeepAlive = *req.KeepAlive
+	}
+	if req.Image != "" && req.Image != rec.Image && req.Image != rec.ImageDigest && rec.ImageDigest != "" {
+		return errdefs.FailedPrecondition("sandbox %q holds files made on image %s; destroy it to start from image %q", rec.Name, rec.ImageDigest, req.Image)
+	}
+	return nil
+}
+
+// Get implements server.Sandboxes. It never wakes the sandbox.
+func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
+	if err := ValidName(name); err != nil {
+		return api.Sandbox{}, err
+	}
+	a, err := m.lock(ctx, name)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer a.mu.Unlock()
+	if !a.exists {
+		m.drop(a)
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", name)
+	}
+	return m.view(a), nil
+}
+
+// List implements server.Sandboxes.
+func (m *Manager) List(ctx context.Context, f server.ListFilter) ([]api.Sandbox, error) {
+	recs, err := m.st.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Sandbox{}
+	for _, rec := range recs {
+		if f.State != "" && rec.State != f.State {
+			continue
+		}
+		match := true
+		for k, v := range f.Labels {
+			if rec.Labels[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, toAPI(rec))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// view renders a's record, with the live idle deadline. Callers hold a.mu.
+func (m *Manager) view(a *actor) api.Sandbox {
+	s := toAPI(a.rec)
+	a.actMu.Lock()
+	s.LastActive = a.lastActive
+	if a.rec.State == api.StateRunning && !a.rec.KeepAlive {
+		at := a.lastActive.Add(a.rec.SleepAfter)
+		s.SleepAt = &at
+	}
+	a.actMu.Unlock()
+	return s
+}
+
+func toAPI(r store.Sandbox) api.Sandbox {
+	s := api.Sandbox{
+		Name: r.Name, ID: r.ID, State: r.State, Image: r.Image, ImageDigest: r.ImageDigest,
+		Instance: r.Instance, Resources: r.Resources, Internet: r.Internet, Env: r.Env,
+		Labels: r.Labels, SleepAfter: r.SleepAfter.String(), KeepAlive: r.KeepAlive, IP: r.IP,
+		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
+	}
+	if !r.StartedAt.IsZero() {
+		t := r.StartedAt
+		s.StartedAt = &t
+	}
+	if !r.SleepAt.IsZero() {
+		t := r.SleepAt
+		s.SleepAt = &t
+	}
+	return s
+}
+
+// Destroy implements server.Sandboxes: it removes the container, network,
+// writable layer and record. Destroying a missing sandbox is not found.
+func (m *Manager) Destroy(ctx context.Context, name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	a, err := m.lock(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer a.mu.Unlock()
+	if !a.exists {
+		m.drop(a)
+		return errdefs.NotFound("sandbox %q not found", name)
+	}
+	// Destruction must finish even if the caller goes away mid-way.
+	ctx = context.WithoutCancel(ctx)
+	if err := m.stopCompute(ctx, a); err != nil {
+		return err
+	}
+	if err := m.cfg.Rootfs.Remove(ctx, a.rec.ID); err != nil {
+		return fmt.Errorf("destroy %q: remove writable layer: %w", name, err)
+	}
+	if err := m.st.Delete(ctx, name); err != nil {
+		return err
+	}
+	m.journal(ctx, name, "destroy", a.rec.ID)
+	m.drop(a)
+	return nil
+}
+
+// Sleep implements server.Sandboxes.
+func (m *Manager) Sleep(ctx context.Context, name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	a, err := m.lock(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer a.mu.Unlock()
+	if !a.exists {
+		m.drop(a)
+		return errdefs.NotFound("sandbox %q not found", name)
+	}
+	return m.sleep(context.WithoutCancel(ctx), a, "requested")
+}
+
+// ImageInUse reports whether any sandbox records digest, so the image
+// store can refuse to delete an image that a sandbox still needs.
+func (m *Manager) ImageInUse(digest string) bool {
+	recs, err := m.st.List(context.Background())
+	if err != nil {
+		return true // when in doubt, keep the image
+	}
+	for _, r := range recs {
+		if r.ImageDigest == digest {
+			return true
+		}
+	}
+	return false
+}

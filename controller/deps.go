@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"net/netip"
+	"syscall"
+)
+
+// The controller's dependencies are small interfaces defined here, where
+// they are used; daemon wires the real implementations (image, rootfs,
+// network, runtime) and tests may pass fakes.
+
+// Image is what the controller needs to know about a resolved image.
+type Image struct {
+	Digest     string
+	Env        []string
+	WorkingDir string
+	LayerDirs  []string // unpacked read-only layers, lowest first
+}
+
+// Images resolves a reference and makes its layers ready on this host.
+type Images interface {
+	Prepare(ctx context.Context, ref string) (Image, error)
+}
+
+// Rootfs mounts a sandbox's overlay root with its disk limit.
+type Rootfs interface {
+	Mount(ctx context.Context, id string, lowers []string, diskBytes int64) (string, error)
+	Unmount(ctx context.Context, id string) error
+	Remove(ctx context.Context, id string) error
+	Mounted(ctx context.Context) ([]string, error)
+	Known(ctx context.Context) ([]string, error)
+}
+
+// Attachment is a sandbox's place on the network.
+type Attachment struct {
+	NetNSPath string
+	IP        netip.Addr
+}
+
+// Network gives each sandbox its own network namespace.
+type Network interface {
+	Setup(ctx context.Context, id string, internet bool) (Attachment, error)
+	Teardown(ctx context.Context, id string) error
+	Cleanup(ctx context.Context, keep map[string]bool) error
+}
+
+// Container is the runtime's view of one container.
+type Container struct {
+	ID     string
+	Status string // created, running, stopped, paused
+	Pid    int
+}
+
+// Runtime drives an OCI runtime (runc, crun, runsc).
+type Runtime interface {
+	Create(ctx context.Context, id, bundle string) error
+	Start(ctx context.Context, id string) error
+	Kill(ctx context.Context, id string, sig syscall.Signal) error
+	Delete(ctx context.Context, id string, force bool) error
+	State(ctx context.Context, id string) (Container, error)
+	List(ctx context.Context) ([]Container, error)
+	// OOMKilled reports whether the container's cgroup saw an OOM kill.
+	OOMKilled(id string) bool
+	// CleanupCgroups removes cgroups of containers not in keep.
+	CleanupCgroups(keep map[string]bool) error
+	// WriteBundle writes the OCI bundle (config.json) for a sandbox.
+	WriteBundle(dir string, b Bundle) error
+}
+
+// Bundle is everything the runtime needs to build a container spec.
+type Bundle struct {
+	ID, Hostname string
+	RootfsPath   string
+	Args, Env    []string
+	Cwd          string
+	MilliCPU     int64
+	MemoryBytes  int64
+	Pids         int64
+	NetNSPath    string
+	// Binds are host path → container path bind mounts; RO marks read-only.
+	Binds []Bind
+}
+
+// Bind is one bind mount into the sandbox.
+type Bind struct {
+	Source, Target string
+	RO             bool
+}

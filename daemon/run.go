@@ -1,0 +1,281 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/controller"
+	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/network"
+	"github.com/berth-sh/berth/rootfs"
+	"github.com/berth-sh/berth/runtime"
+	"github.com/berth-sh/berth/server"
+	"github.com/berth-sh/berth/store/sqlite"
+)
+
+// Version is set by the build (-ldflags -X).
+var Version = "dev"
+
+// ClientConfig is what `berth serve` writes to <data>/client.json so that
+// client commands on the same host find the server without flags.
+type ClientConfig struct {
+	URL    string `json:"url"`
+	APIKey string `json:"apiKey"`
+}
+
+func (c *Config) defaults() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "/var/lib/berth"
+	}
+	if c.RunDir == "" {
+		c.RunDir = "/run/berth"
+	}
+	if c.Subnet == "" {
+		c.Subnet = "10.88.0.0/16"
+	}
+	if c.Bridge == "" {
+		c.Bridge = "berth0"
+	}
+	if c.UpperSize == 0 {
+		c.UpperSize = 64 << 30
+	}
+	self, _ := os.Executable()
+	if c.Runtime == "" {
+		c.Runtime = findBeside(self, "runc")
+	}
+	if c.AgentBinary == "" {
+		c.AgentBinary = findBeside(self, "berth-agent")
+	}
+	if c.Runtime == "" {
+		return errors.New("no OCI runtime found: install runc beside berth or on $PATH, or pass --runtime")
+	}
+	if c.AgentBinary == "" {
+		return errors.New("berth-agent not found beside the berth binary or on $PATH")
+	}
+	return nil
+}
+
+// findBeside looks for name next to the running binary, then on $PATH.
+func findBeside(self, name string) string {
+	if self != "" {
+		p := filepath.Join(filepath.Dir(self), name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Run starts berth serve and blocks until ctx ends. Sandboxes keep running
+// when it returns; the next Run adopts them.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("berth serve must run as root (it creates namespaces, cgroups and mounts)")
+	}
+	logf := log.New(os.Stderr, "berth: ", log.LstdFlags).Printf
+	for _, d := range []string{cfg.DataDir, cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return err
+		}
+	}
+	// Protect the daemon from the OOM killer: a sandbox's hog must die,
+	// not the control plane (adversarial checklist #19).
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-900"), 0o644)
+
+	key, err := loadOrCreateKey(filepath.Join(cfg.DataDir, "api-key"))
+	if err != nil {
+		return err
+	}
+	// A stable copy of the agent in the host-only run dir: replacing the
+	// installed binary never changes what running sandboxes execute.
+	agentBin := filepath.Join(cfg.RunDir, "berth-agent")
+	if err := copyFile(cfg.AgentBinary, agentBin, 0o555); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "state.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	imgs, err := image.Open(filepath.Join(cfg.DataDir, "images"))
+	if err != nil {
+		return err
+	}
+	rfs, err := rootfs.Open(ctx, cfg.DataDir, rootfs.Options{UpperSize: cfg.UpperSize})
+	if err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	subnet, err := netip.ParsePrefix(cfg.Subnet)
+	if err != nil {
+		return fmt.Errorf("--subnet %q: %w", cfg.Subnet, err)
+	}
+	nm, err := network.New(ctx, network.Config{Bridge: cfg.Bridge, Subnet: subnet, NetNSDir: filepath.Join(cfg.RunDir, "netns"), Table: cfg.Bridge})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	defer nm.Close()
+	rt := runtime.New(cfg.Runtime, filepath.Join(cfg.RunDir, "runc"))
+
+	mgr := controller.New(controller.Config{
+		Store: st, Images: images{imgs}, Rootfs: rfs, Network: netAdapter{nm},
+		Runtime:     rtAdapter{r: rt, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
+		RunDir:      cfg.RunDir,
+		AgentBinary: agentBin,
+		DNS:         hostDNS(),
+		AlarmTick:   cfg.AlarmTick,
+		Logf:        logf,
+	})
+	imgs.InUse = mgr.ImageInUse
+	t0 := time.Now()
+	if err := mgr.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	logf("reconciled host state in %s", time.Since(t0).Round(time.Millisecond))
+	go mgr.Run(ctx)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	if err := writeClientConfig(filepath.Join(cfg.DataDir, "client.json"), ClientConfig{URL: url, APIKey: key}); err != nil {
+		return err
+	}
+	backend := struct {
+		*controller.Manager
+		images
+	}{mgr, images{imgs}}
+	srv := &http.Server{
+		Handler:           server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version}),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		IdleTimeout:       2 * time.Minute,
+	}
+	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n",
+		Version, url, key, filepath.Join(cfg.DataDir, "client.json"))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func loadOrCreateKey(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	key := "bk_" + hex.EncodeToString(b[:])
+	if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+func writeClientConfig(path string, c ClientConfig) error {
+	b, _ := json.MarshalIndent(c, "", "  ")
+	return writeFileAtomic(path, append(b, '\n'), 0o600)
+}
+
+// writeFileAtomic writes via a temp file and rename, so a crash never
+// leaves a truncated key or config behind.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	_ = os.Remove(tmp)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// hostDNS returns the host's non-loopback nameservers for sandboxes with
+// internet; loopback resolvers (systemd-resolved) are unreachable from a
+// sandbox, so they are skipped.
+func hostDNS() []string {
+	f, err := os.Open("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil && !a.IsLoopback() {
+				out = append(out, a.String())
+			}
+		}
+	}
+	return out
+}

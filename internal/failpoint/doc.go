@@ -1,0 +1,8 @@
+// Package failpoint lets tests crash the daemon at named lifecycle steps, to
+// prove that a restart reconciles whatever the crash left behind.
+//
+// It is driven by the BERTH_FAILPOINTS environment variable, a comma list of
+// step=action pairs; the only action is "exit", which ends the process at
+// once with status 137, as kill -9 would (no deferred cleanup runs).
+// Without the variable every Hit is a cheap no-op.
+package failpoint

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds berth, berth-agent (static) and the pinned runc (with seccomp) into
+# ./bin. runc's version comes from go.mod (the `tool` directive), so every
+# machine runs the same runtime.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+version="$(git describe --always --dirty 2>/dev/null || echo dev)"
+mkdir -p bin
+echo "==> building berth-agent (static)"
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/berth-sh/berth/agent.Version=${version}" -o bin/berth-agent ./cmd/berth-agent
+echo "==> building berth"
+go build -trimpath -ldflags "-X github.com/berth-sh/berth/daemon.Version=${version}" -o bin/berth ./cmd/berth
+runc_version="$(go list -m -f '{{.Version}}' github.com/opencontainers/runc)"
+if [[ ! -x bin/runc ]] || ! bin/runc --version 2>/dev/null | grep -q "runc version ${runc_version#v}"; then
+  echo "==> building runc ${runc_version} with seccomp"
+  CGO_ENABLED=1 go build -trimpath -tags seccomp -o bin/runc github.com/opencontainers/runc
+fi
+bin/runc --version | head -1

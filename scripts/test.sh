@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command (README, CI). As root on a fresh Debian machine it
+# installs what the tests need, builds everything, and runs:
+#   1. go vet and the unit tests (go test ./...; root-only tests run too),
+#   2. the integration suite against a real `berth serve` (runc,
+#      namespaces, cgroups, overlayfs, XFS quotas, nftables).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ $EUID -ne 0 ]]; then echo "run as root: sudo $0" >&2; exit 1; fi
+scripts/deps.sh
+export PATH="/usr/local/go/bin:$PATH"
+scripts/build.sh
+echo "==> go vet"
+go vet ./...
+echo "==> unit and package tests"
+go test -count=1 -timeout 20m ./...
+echo "==> integration tests"
+BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 40m -v ./test/integration/

@@ -1,0 +1,257 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+)
+
+// The test daemon uses its own bridge, subnet, run dir and data dir, so it
+// never touches a berth that runs on the same machine.
+const (
+	itBridge = "berthit0"
+	itSubnet = "10.211.0.0/16"
+	itRunDir = "/run/berth-it"
+)
+
+var (
+	binDir  string
+	dataDir string
+	d       *daemonProc
+)
+
+type daemonProc struct {
+	cmd    *exec.Cmd
+	listen string
+	c      *client.Client
+	log    *os.File
+}
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("integration tests need root; skipping")
+		os.Exit(0)
+	}
+	binDir = os.Getenv("BERTH_BIN")
+	if binDir == "" {
+		binDir, _ = filepath.Abs("../../bin")
+	}
+	// The data dir is kept between runs so the base image is built once
+	// per machine; sandboxes from an earlier run are destroyed below.
+	dataDir = os.Getenv("BERTH_IT_DATA")
+	if dataDir == "" {
+		dataDir = "/var/tmp/berth-it"
+	}
+	var err error
+	d, err = startDaemon(nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start daemon:", err)
+		os.Exit(1)
+	}
+	if err := ensureBaseImage(d.c); err != nil {
+		fmt.Fprintln(os.Stderr, "base image:", err)
+		d.stop()
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	if list, err := d.c.List(ctx, "", nil); err == nil {
+		for _, s := range list {
+			_ = d.c.Destroy(ctx, s.Name)
+		}
+	}
+	code := m.Run()
+	if list, err := d.c.List(ctx, "", nil); err == nil {
+		for _, s := range list {
+			_ = d.c.Destroy(ctx, s.Name)
+		}
+	}
+	d.stop()
+	os.Exit(code)
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startDaemon runs berth serve with extra environment (failpoints).
+func startDaemon(env []string) (*daemonProc, error) {
+	listen := freePort()
+	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-it-daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(binDir, "berth"), "serve", "--listen", listen, "--data", dataDir,
+		"--run-dir", itRunDir, "--bridge", itBridge, "--subnet", itSubnet, "--alarm-tick", "200ms")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &daemonProc{cmd: cmd, listen: listen, log: logf}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + listen + "/v1/health"); err == nil {
+			resp.Body.Close()
+			var cc struct{ URL, APIKey string }
+			b, err := os.ReadFile(filepath.Join(dataDir, "client.json"))
+			if err == nil && json.Unmarshal(b, &cc) == nil {
+				p.c = client.New("http://"+listen, cc.APIKey)
+				return p, nil
+			}
+		}
+		if cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.kill9()
+	return nil, fmt.Errorf("daemon did not become healthy; see %s", logf.Name())
+}
+
+// kill9 kills the daemon the way a crash would: no cleanup runs.
+func (p *daemonProc) kill9() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+func (p *daemonProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		p.kill9()
+	}
+	p.log.Close()
+}
+
+func ensureBaseImage(c *client.Client) error {
+	ctx := context.Background()
+	imgs, err := c.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	for _, i := range imgs {
+		if i.Name == "debian-trixie" {
+			return nil
+		}
+	}
+	fmt.Println("building debian-trixie base image (once per machine)…")
+	t0 := time.Now()
+	_, err = c.BuildBase(ctx, func(p api.Progress) {
+		if p.Message != "" {
+			fmt.Println("  build-base:", p.Message)
+		}
+	})
+	fmt.Printf("build-base took %s\n", time.Since(t0).Round(time.Second))
+	return err
+}
+
+// sandbox creates a sandbox for one test and destroys it afterwards.
+func sandbox(t *testing.T, req api.CreateSandboxRequest) api.Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	sb, _, err := d.c.GetOrCreate(ctx, req)
+	if err != nil {
+		t.Fatalf("create %s: %v", req.Name, err)
+	}
+	t.Cleanup(func() {
+		if err := d.c.Destroy(context.Background(), req.Name); err != nil {
+			t.Logf("destroy %s: %v", req.Name, err)
+		}
+	})
+	return sb
+}
+
+// run execs a shell command and fails the test on a berth error.
+func run(t *testing.T, name, command string) api.ExecResult {
+	t.Helper()
+	res, err := d.c.Exec(context.Background(), name, api.ExecRequest{Command: command, TimeoutMs: 120000})
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", command, name, err)
+	}
+	return res
+}
+
+// census lists the host resources berth creates per sandbox, so tests can
+// show that nothing is left behind.
+type census struct {
+	Netns, Veths, Mounts, Cgroups, Containers []string
+}
+
+func takeCensus(t *testing.T) census {
+	t.Helper()
+	var c census
+	if ents, err := os.ReadDir(filepath.Join(itRunDir, "netns")); err == nil {
+		for _, e := range ents {
+			c.Netns = append(c.Netns, e.Name())
+		}
+	}
+	out, _ := exec.Command("ip", "-o", "link", "show", "master", itBridge).Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			c.Veths = append(c.Veths, strings.TrimSuffix(strings.Split(f[1], "@")[0], ":"))
+		}
+	}
+	mi, _ := os.Open("/proc/self/mountinfo")
+	sc := bufio.NewScanner(mi)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 4 && (strings.HasPrefix(f[4], filepath.Join(dataDir, "sandboxes")) || strings.HasPrefix(f[4], itRunDir+"/")) {
+			c.Mounts = append(c.Mounts, f[4])
+		}
+	}
+	mi.Close()
+	cgParent := filepath.Base(itRunDir)
+	for _, ctrl := range []string{"memory", "pids", "cpu", "unified"} {
+		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctrl, cgParent))
+		for _, e := range ents {
+			if e.IsDir() {
+				c.Cgroups = append(c.Cgroups, ctrl+"/"+e.Name())
+			}
+		}
+	}
+	out, _ = exec.Command(filepath.Join(binDir, "runc"), "--root", filepath.Join(itRunDir, "runc"), "list", "-q").Output()
+	c.Containers = strings.Fields(string(out))
+	for _, l := range [][]string{c.Netns, c.Veths, c.Mounts, c.Cgroups, c.Containers} {
+		sort.Strings(l)
+	}
+	return c
+}
+
+func readAllString(t *testing.T, rc io.ReadCloser, err error) string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
