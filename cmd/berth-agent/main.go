@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/agent"
+)
+
+// Version is set at build time with -ldflags '-X main.Version=...'.
+var Version = "dev"
+
+// termGrace is how long processes get to exit after SIGTERM before the
+// agent SIGKILLs what is left and exits.
+const termGrace = 5 * time.Second
+
+func main() {
+	socket := flag.String("socket", "/.berth/run/agent.sock", "unix socket to serve the agent API on")
+	defaultUser := flag.String("default-user", "user", "user for execs and new files when a request names none (root if the sandbox has no such user)")
+	version := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *version {
+		fmt.Printf("berth-agent %s (protocol %d)\n", Version, agent.ProtocolVersion)
+		return
+	}
+	log.SetFlags(0)
+	log.SetPrefix("berth-agent: ")
+	if err := agent.CloseOnExecInherited(); err != nil {
+		log.Printf("cannot mark inherited descriptors close-on-exec: %v", err)
+		os.Exit(1)
+	}
+	os.Exit(run(*socket, *defaultUser))
+}
+
+func run(socket, defaultUser string) int {
+	pid1 := os.Getpid() == 1
+	if !pid1 {
+		// Run under another init (or in a test): become a subreaper so
+		// orphans of our commands are still re-parented to us and reaped
+		// here, and reap-all stays correct.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			log.Printf("cannot become a child subreaper: %v", err)
+		}
+	}
+	// Register for SIGTERM before anything else: as PID 1 in a pid
+	// namespace, a signal with no handler is simply ignored by the kernel.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+
+	reaper := agent.NewReaper(true)
+	srv, err := agent.NewServer(agent.Config{DefaultUser: defaultUser, Version: Version, Reaper: reaper})
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	ln, err := agent.Listen(socket)
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		log.Printf("serve: %v", err)
+		return 1
+	case sig := <-sigs:
+		log.Printf("%v: stopping", sig)
+	}
+
+	// Forward SIGTERM: to every exec's process group and, as PID 1, to
+	// every process in the sandbox (kill(-1) from PID 1 of a pid namespace
+	// reaches all of them but itself). Never kill(-1) when not PID 1: it
+	// would reach every process we may signal outside the sandbox.
+	srv.Signal(syscall.SIGTERM)
+	if pid1 {
+		syscall.Kill(-1, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(termGrace)
+	for reaper.HasChildren() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if reaper.HasChildren() {
+		srv.Signal(syscall.SIGKILL)
+		if pid1 {
+			syscall.Kill(-1, syscall.SIGKILL)
+		}
+	}
+	// In-flight execs now end with their exit frames.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+	reaper.Stop()
+	return 0
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/bench"
+	"github.com/berth-sh/berth/client"
+)
+
+// runBench is a variable so tests can check the flag wiring.
+var runBench = bench.Run
+
+func (a *app) benchCmd() *cobra.Command {
+	var o bench.Options
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure berth against plain runc and docker on this host",
+		Long: `Measure, through the public API, the figures berth is built to hit: time
+to interactive (create → first 'node -v'), exec round trip and wake from
+sleep. Each is reported beside the same operation done with plain tools
+in the same run (raw 'runc run', and 'docker run'/'docker exec' when a
+Docker engine is running), as a ratio.
+
+It creates sandboxes named bench-* and destroys them afterwards. It needs
+a running 'berth serve' and an image (default debian-trixie).
+
+Examples:
+  berth bench
+  berth bench --n 100 --json > bench.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			o.DataDir = client.DataDir(a.dataDir)
+			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
+			return runBench(cmd.Context(), c, o, a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.N, "n", 50, "samples per figure")
+	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
+	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
+	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")
+	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (empty: skip it)")
+	return cmd
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/api"
+)
+
+func (a *app) imageCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Pull, import, build, list and remove images",
+		Long: `Sandboxes start from OCI images kept in berth's local store, pinned by
+digest. Get one by pulling it from a registry, importing a 'docker save' or
+OCI-layout tarball, or building the default debian-trixie base from Debian
+packages. Name an image with --name to refer to it by that name in
+'berth sandbox create --image'.`,
+	}
+	cmd.AddCommand(a.imagePullCmd(), a.imageImportCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageBuildBaseCmd())
+	return cmd
+}
+
+// printProgress writes one line per progress event to stderr.
+func (a *app) printProgress(p api.Progress) {
+	switch {
+	case p.Total > 0:
+		fmt.Fprintf(a.stderr, "%s (%d/%d)\n", p.Message, p.Current, p.Total)
+	case p.Message != "":
+		fmt.Fprintln(a.stderr, p.Message)
+	}
+}
+
+func (a *app) printImage(verb string, img api.Image) {
+	name := img.Name
+	if name == "" {
+		name = img.Ref
+	}
+	fmt.Fprintf(a.stdout, "%s %s %s (%d layers, %s)\n", verb, orDash(name), img.Digest, img.Layers, humanBytes(img.Size))
+}
+
+func (a *app) imagePullCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "pull REF",
+		Short: "Pull an image from a registry",
+		Long: `Pull an image by reference, pin it by digest and unpack its layers.
+Progress lines go to stderr; the result goes to stdout.
+
+Examples:
+  berth image pull docker.io/library/node:22-bookworm --name node
+  berth image pull ghcr.io/example/tools@sha256:0123...`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			img, err := c.PullImage(cmd.Context(), api.PullRequest{Ref: args[0], Name: name}, a.printProgress)
+			if err != nil {
+				return err
+			}
+			a.printImage("pulled", img)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "also name the image (e.g. node)")
+	return cmd
+}
+
+func (a *app) imageImportCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Import a docker save or OCI-layout tarball",
+		Long: `Import an image from a tarball written by 'docker save' or an OCI image
+layout packed with tar. FILE - reads the tarball from stdin. The tarball is
+streamed to the server, so its size is not limited by memory.
+
+Examples:
+  berth image import ./node.tar --name node
+  docker save python:3.12 | berth image import - --name python`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r io.Reader = a.stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r = f
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			img, err := c.ImportImage(cmd.Context(), name, r, a.printProgress)
+			if err != nil {
+				return err
+			}
+			a.printImage("imported", img)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "name the image (e.g. python)")
+	return cmd
+}
+
+func (a *app) imageBuildBaseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build-base",
+		Short: "Build the default debian-trixie image",
+		Long: `Build debian-trixie, the default sandbox image (bash, git, curl, Node.js,
+Python 3), from Debian packages on this host, without a container
+registry. Run it once after installing berth; it takes a few minutes.
+
+Example:
+  berth image build-base`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			img, err := c.BuildBase(cmd.Context(), a.printProgress)
+			if err != nil {
+				return err
+			}
+			a.printImage("built", img)
+			return nil
+		},
+	}
+}
+
+func (a *app) imageLsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List images",
+		Long: `List the images in the local store.
+
+Examples:
+  berth image ls
+  berth image ls --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			imgs, err := c.ListImages(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if imgs == nil {
+					imgs = []api.Image{}
+				}
+				return printJSON(a.stdout, imgs)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tREF\tDIGEST\tSIZE\tLAYERS\tCREATED")
+			now := time.Now()
+			for _, img := range imgs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", orDash(img.Name), orDash(img.Ref), shortDigest(img.Digest), humanBytes(img.Size), img.Layers, humanAgo(img.CreatedAt, now))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+func (a *app) imageRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm REF...",
+		Aliases: []string{"remove"},
+		Short:   "Remove images",
+		Long: `Remove images by name, reference or digest. An image that a sandbox uses
+cannot be removed.
+
+Example:
+  berth image rm node sha256:0123...`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, ref := range args {
+				if err := c.RemoveImage(cmd.Context(), ref); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
+					continue
+				}
+				fmt.Fprintln(a.stdout, ref)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

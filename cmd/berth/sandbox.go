@@ -1,0 +1,230 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/api"
+)
+
+func (a *app) sandboxCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sandbox",
+		Aliases: []string{"sb"},
+		Short:   "Create, list, inspect, sleep and remove sandboxes",
+		Long: `A sandbox is a named Linux computer. Its name (1-63 characters of a-z, 0-9
+and '-') is its identity: create it once, then exec into it, copy files in
+and out, let it sleep when idle. Its files survive sleep; they are deleted
+only by 'berth sandbox rm'.`,
+	}
+	cmd.AddCommand(a.sandboxCreateCmd(), a.sandboxLsCmd(), a.sandboxGetCmd(), a.sandboxRmCmd(), a.sandboxSleepCmd())
+	return cmd
+}
+
+func (a *app) sandboxCreateCmd() *cobra.Command {
+	var (
+		req                api.CreateSandboxRequest
+		res                api.Resources
+		env, labels        []string
+		internet, keepLive bool
+		getOrCreate        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a sandbox (or get it, with --get)",
+		Long: `Create a sandbox and print it as JSON once it is running.
+
+Without --get, creating a name that exists is an error. With --get, an
+existing sandbox is returned instead (and woken if it sleeps), which makes
+the command safe to repeat: it is how an agent says "give me my computer".
+
+Size it with --instance (lite, basic, standard-1 … standard-4) or with a
+custom --vcpu/--memory-mib/--disk-mb. It sleeps after --sleep-after of
+inactivity unless --keep-alive is set. It has no internet access unless
+--internet is set.
+
+Examples:
+  berth sandbox create demo
+  berth sandbox create agent-47 --get --instance standard-1 --internet
+  berth sandbox create ci-1 --image node --env NODE_ENV=test --label team=ci
+  berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Name = args[0]
+			var err error
+			if req.Env, err = parseKV("env", env); err != nil {
+				return err
+			}
+			if req.Labels, err = parseKV("label", labels); err != nil {
+				return err
+			}
+			f := cmd.Flags()
+			if f.Changed("vcpu") || f.Changed("memory-mib") || f.Changed("disk-mb") {
+				req.Resources = &res
+			}
+			if f.Changed("internet") {
+				req.Internet = &internet
+			}
+			if f.Changed("keep-alive") {
+				req.KeepAlive = &keepLive
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var sb api.Sandbox
+			if getOrCreate {
+				sb, _, err = c.GetOrCreate(cmd.Context(), req)
+			} else {
+				sb, err = c.Create(cmd.Context(), req)
+			}
+			if err != nil {
+				return err
+			}
+			return printJSON(a.stdout, sb)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Image, "image", "", "image name, reference or digest (default debian-trixie)")
+	f.StringVar(&req.Instance, "instance", "", "instance type: lite, basic, standard-1..4 (default lite)")
+	f.Float64Var(&res.VCPU, "vcpu", 0, "custom vCPUs (may be fractional, e.g. 0.5)")
+	f.Int64Var(&res.MemoryMiB, "memory-mib", 0, "custom memory in MiB")
+	f.Int64Var(&res.DiskMB, "disk-mb", 0, "custom disk in MB")
+	f.BoolVar(&internet, "internet", false, "allow outbound internet access")
+	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for every command (repeatable)")
+	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
+	f.StringVar(&req.SleepAfter, "sleep-after", "", "sleep after this much inactivity, e.g. 10m (default 10m)")
+	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
+	f.BoolVar(&getOrCreate, "get", false, "return the sandbox if it exists instead of failing")
+	return cmd
+}
+
+func (a *app) sandboxLsCmd() *cobra.Command {
+	var (
+		state  string
+		labels []string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sandboxes",
+		Long: `List sandboxes, optionally only those in one state and carrying all the
+given labels.
+
+Examples:
+  berth sandbox ls
+  berth sandbox ls --state running
+  berth sandbox ls --label team=ci --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lm, err := parseKV("label", labels)
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			list, err := c.List(cmd.Context(), state, lm)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []api.Sandbox{}
+				}
+				return printJSON(a.stdout, list)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tIMAGE\tINSTANCE\tIP\tLAST ACTIVE")
+			now := time.Now()
+			for _, sb := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.State, orDash(sb.Image), orDash(sb.Instance), orDash(sb.IP), humanAgo(sb.LastActive, now))
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&state, "state", "", "only sandboxes in this state: starting, running, sleeping, failed")
+	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label KEY=VALUE (repeatable; all must match)")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+func (a *app) sandboxGetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Print one sandbox as JSON",
+		Long: `Print a sandbox's full record as JSON: state, image and digest, resources,
+IP address, timestamps, and why it failed if it did.
+
+Example:
+  berth sandbox get demo`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(a.stdout, sb)
+		},
+	}
+}
+
+func (a *app) sandboxRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME...",
+		Aliases: []string{"remove", "destroy"},
+		Short:   "Destroy sandboxes and delete their files",
+		Long: `Destroy sandboxes: stop their processes and delete their files. This cannot
+be undone. Each name is attempted even if an earlier one fails.
+
+Example:
+  berth sandbox rm demo agent-47`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, name := range args {
+				if err := c.Destroy(cmd.Context(), name); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", name, err))
+					continue
+				}
+				fmt.Fprintln(a.stdout, name)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+func (a *app) sandboxSleepCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "sleep NAME",
+		Short: "Put a sandbox to sleep now",
+		Long: `Stop a sandbox's processes now, keeping its files. The next exec, file
+operation or 'sandbox create --get' wakes it.
+
+Example:
+  berth sandbox sleep demo`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			return c.Sleep(cmd.Context(), args[0])
+		},
+	}
+}

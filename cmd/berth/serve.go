@@ -1,0 +1,52 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/daemon"
+)
+
+// runDaemon is a variable so tests can check the flag wiring without
+// starting a daemon.
+var runDaemon = daemon.Run
+
+func (a *app) serveCmd() *cobra.Command {
+	var cfg daemon.Config
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the berth server (as root)",
+		Long: `Run the berth daemon: the HTTP API, the sandbox controller and everything
+it manages (containers, overlay filesystems, the sandbox network).
+
+It must run as root. It keeps its state in --data (database, images,
+sandbox layers) and writes <data>/client.json with its URL and API key, so
+berth client commands on this host find it without flags. Sandboxes keep
+running when the server stops; the next start adopts them.
+
+The API listens on loopback by default. Listening on another address
+exposes it to that network, protected only by the API key.
+
+Examples:
+  sudo berth serve
+  sudo berth serve --listen 127.0.0.1:8080 --data /srv/berth
+  sudo berth serve --subnet 10.99.0.0/16 --runtime /usr/local/bin/runc`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.DataDir = client.DataDir(a.dataDir)
+			return runDaemon(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address for the HTTP API")
+	f.StringVar(&cfg.Runtime, "runtime", "", "OCI runtime binary (default: runc beside berth, then $PATH)")
+	f.StringVar(&cfg.AgentBinary, "agent", "", "berth-agent binary (default: beside berth, then $PATH)")
+	f.StringVar(&cfg.Subnet, "subnet", "10.88.0.0/16", "IPv4 subnet for sandbox addresses")
+	f.StringVar(&cfg.RunDir, "run-dir", "/run/berth", "host-only runtime directory (sockets, bundles, netns); its base name also names the cgroup parent")
+	f.StringVar(&cfg.Bridge, "bridge", "berth0", "bridge for sandbox networking; also names the nftables table")
+	f.DurationVar(&cfg.AlarmTick, "alarm-tick", time.Second, "how often idle sandboxes are checked for sleepAfter")
+	f.Int64Var(&cfg.UpperSize, "upper-size", 64<<30, "bytes of the sparse XFS file that holds every sandbox's writable layer")
+	return cmd
+}

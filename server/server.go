@@ -1,0 +1,266 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxBodyBytes      = 1 << 20  // JSON request bodies
+	DefaultMaxBufferedOutput = 16 << 20 // per stream of a buffered exec
+)
+
+// Options configure New.
+type Options struct {
+	// APIKey is the bearer token every route but health requires. An empty
+	// key does not disable auth: it makes every authenticated route answer
+	// 401, so a daemon that failed to load its key fails closed.
+	APIKey string
+	// MaxBodyBytes caps JSON request bodies (default 1 MiB). File and image
+	// uploads are streams and are not capped here.
+	MaxBodyBytes int64
+	// MaxBufferedOutput caps stdout and stderr each of a buffered exec
+	// (default 16 MiB); beyond it output is dropped and Truncated is set.
+	MaxBufferedOutput int64
+	// Version is reported by GET /v1/health.
+	Version string
+	// Logf logs server-side failures (5xx, panics). Nil discards.
+	Logf func(format string, args ...any)
+}
+
+type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
+
+type route struct {
+	method, path string
+	h            handlerFunc
+}
+
+const healthPattern = "GET /v1/health"
+
+// routes is the whole API. A test checks it against api/openapi.yaml.
+var routes = []route{
+	{"GET", "/v1/health", (*server).health},
+	{"POST", "/v1/sandboxes", (*server).createSandbox},
+	{"GET", "/v1/sandboxes", (*server).listSandboxes},
+	{"PUT", "/v1/sandboxes/{name}", (*server).getOrCreateSandbox},
+	{"GET", "/v1/sandboxes/{name}", (*server).getSandbox},
+	{"DELETE", "/v1/sandboxes/{name}", (*server).destroySandbox},
+	{"POST", "/v1/sandboxes/{name}/sleep", (*server).sleepSandbox},
+	{"POST", "/v1/sandboxes/{name}/exec", (*server).exec},
+	{"GET", "/v1/sandboxes/{name}/files/content", (*server).readFile},
+	{"PUT", "/v1/sandboxes/{name}/files/content", (*server).writeFile},
+	{"GET", "/v1/sandboxes/{name}/files", (*server).listFiles},
+	{"DELETE", "/v1/sandboxes/{name}/files", (*server).removeFile},
+	{"GET", "/v1/sandboxes/{name}/files/stat", (*server).statFile},
+	{"GET", "/v1/sandboxes/{name}/files/exists", (*server).fileExists},
+	{"POST", "/v1/sandboxes/{name}/files/mkdir", (*server).mkdir},
+	{"POST", "/v1/sandboxes/{name}/files/rename", (*server).rename},
+	{"GET", "/v1/images", (*server).listImages},
+	{"POST", "/v1/images/pull", (*server).pullImage},
+	{"POST", "/v1/images/import", (*server).importImage},
+	{"POST", "/v1/images/build-base", (*server).buildBase},
+	{"DELETE", "/v1/images/{ref...}", (*server).removeImage},
+}
+
+type server struct {
+	b            Backend
+	opts         Options
+	mux          *http.ServeMux
+	keyHash      [sha256.Size]byte
+	hasKey       bool
+	pingInterval time.Duration
+}
+
+// New returns the API handler. Wrap it in NewHTTPServer (or an equivalent
+// http.Server with header timeouts) before listening.
+func New(b Backend, opts Options) http.Handler { return newServer(b, opts) }
+
+func newServer(b Backend, opts Options) *server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxBufferedOutput <= 0 {
+		opts.MaxBufferedOutput = DefaultMaxBufferedOutput
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	s := &server{b: b, opts: opts, mux: http.NewServeMux(), pingInterval: 5 * time.Second}
+	if opts.APIKey != "" {
+		// Comparing fixed-size hashes keeps the comparison constant-time
+		// in the key's length too (ConstantTimeCompare returns early on
+		// a length mismatch).
+		s.keyHash = sha256.Sum256([]byte(opts.APIKey))
+		s.hasKey = true
+	}
+	for _, rt := range routes {
+		h := rt.h
+		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			s.serve(w, r, h)
+		})
+	}
+	return s
+}
+
+// NewHTTPServer wraps h in an http.Server with the timeouts an API exposed to
+// untrusted clients needs: a header deadline against slowloris, a header size
+// cap and an idle timeout. There is deliberately no ReadTimeout/WriteTimeout:
+// uploads and exec streams are legitimately long; stalled stream writes are
+// bounded per write instead (see sseStream).
+func NewHTTPServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		IdleTimeout:       2 * time.Minute,
+	}
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	// Authenticate before routing answers 404 or 405, so that an
+	// unauthenticated caller cannot enumerate the API.
+	if pattern != healthPattern && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
+		writeError(w, errdefs.Unauthenticated("missing or invalid API key: send \"Authorization: Bearer <key>\" (the key is in <data>/client.json)"))
+		return
+	}
+	if pattern == "" {
+		// The mux answers unknown routes (and non-canonical paths, by
+		// redirect) itself in plain text. Ask it what it would say and
+		// answer in JSON instead; an API has no reason to redirect.
+		rec := &captureWriter{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeJSON(w, http.StatusMethodNotAllowed, api.Error{
+				Code:    "invalid_argument",
+				Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow")),
+			})
+			return
+		}
+		writeError(w, errdefs.NotFound("no API route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *server) authorized(r *http.Request) bool {
+	if !s.hasKey {
+		return false
+	}
+	auth := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(auth) < len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(auth[len(prefix):])))
+	return subtle.ConstantTimeCompare(got[:], s.keyHash[:]) == 1
+}
+
+// serve runs one handler: it writes the handler's error as JSON if nothing
+// was sent yet, and otherwise aborts the connection so that the client sees
+// a broken response rather than a silently short one.
+func (s *server) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) {
+	rw := &respWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.opts.Logf("panic serving %s %s: %v", r.Method, r.URL.Path, p)
+			if !rw.committed {
+				writeError(rw, errdefs.Internal("internal server error"))
+				return
+			}
+			panic(http.ErrAbortHandler)
+		}
+	}()
+	err := h(s, rw, r)
+	if err == nil {
+		return
+	}
+	if st := api.HTTPStatus(err); st >= 500 {
+		s.opts.Logf("%s %s: %v", r.Method, r.URL.Path, err)
+	}
+	if rw.committed {
+		panic(http.ErrAbortHandler)
+	}
+	writeError(rw, err)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	writeJSON(w, api.HTTPStatus(err), api.ErrorBody(err))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"code":"internal","message":"cannot encode response"}` + "\n")
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// respWriter records whether the response has been committed. Unwrap lets
+// http.ResponseController reach the real writer for Flush and deadlines.
+type respWriter struct {
+	http.ResponseWriter
+	committed bool
+}
+
+func (w *respWriter) WriteHeader(code int) {
+	w.committed = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *respWriter) Write(p []byte) (int, error) {
+	w.committed = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// captureWriter swallows what the mux's own 404/405 handlers write.
+type captureWriter struct {
+	header http.Header
+	status int
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+func (c *captureWriter) Write(p []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
+
+// errTooLarge is a body that hit its cap: status 413 (via the wrapped
+// MaxBytesError) with the invalid_argument code, so clients can branch on it.
+type errTooLarge struct {
+	mbe *http.MaxBytesError
+}
+
+func (e errTooLarge) Error() string {
+	return fmt.Sprintf("request body is larger than the %d-byte limit", e.mbe.Limit)
+}
+func (e errTooLarge) Unwrap() []error { return []error{e.mbe, errdefs.ErrInvalidArgument} }
