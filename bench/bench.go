@@ -47,9 +47,9 @@ type Baselines struct {
 
 // Ratios are berth's p50 divided by the baseline's p50 (lower is better).
 type Ratios struct {
-	TTIvsRuncRun    *float64 `json:"tti_vs_runc_run,omitempty"`
-	TTIvsDockerRun  *float64 `json:"tti_vs_docker_run,omitempty"`
-	ExecVsDocker    *float64 `json:"exec_vs_docker_exec,omitempty"`
+	TTIvsRuncRun   *float64 `json:"tti_vs_runc_run,omitempty"`
+	TTIvsDockerRun *float64 `json:"tti_vs_docker_run,omitempty"`
+	ExecVsDocker   *float64 `json:"exec_vs_docker_exec,omitempty"`
 }
 
 // Run measures and prints. Sandboxes it creates are named bench-* and are
