@@ -3,7 +3,7 @@
 # installs what the tests need, builds everything, and runs:
 #   1. go vet and the unit tests (go test ./...; root-only tests run too),
 #   2. the integration suite against a real `berth serve` (runc,
-#      namespaces, cgroups, overlayfs, XFS quotas, nftables).
+#      namespaces, cgroups, overlayfs, btrfs quotas, nftables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $EUID -ne 0 ]]; then echo "run as root: sudo $0" >&2; exit 1; fi

@@ -1,0 +1,420 @@
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// DefaultUpperSize is the apparent size of the sparse uppers image. It only
+// bounds the sum of what all sandboxes can write; host space is used as data
+// is written.
+const DefaultUpperSize int64 = 64 << 30
+
+// maxMountData is the limit of mount(2)'s data argument (one page, with NUL).
+const maxMountData = 4095
+
+// Options configures Open.
+type Options struct {
+	// UpperSize is the size of the sparse uppers image created on first
+	// Open (default 64 GiB). It is not changed for an existing image.
+	UpperSize int64
+}
+
+// Manager owns the rootfs mounts and writable layers under one data dir.
+// It is safe for concurrent use; operations on the same id are serialized.
+type Manager struct {
+	dataDir, uppers, sandboxes string
+	lockFile                   *os.File
+
+	mu    sync.Mutex
+	locks map[string]*idLock
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// Open prepares dataDir: it creates and formats the uppers image the first
+// time, and loop-mounts it if it is not mounted (after a reboot or a daemon
+// restart in a new mount namespace). Only one Manager may own a dataDir at a
+// time (an exclusive flock on dataDir/rootfs.lock).
+func Open(ctx context.Context, dataDir string, opts Options) (*Manager, error) {
+	if opts.UpperSize == 0 {
+		opts.UpperSize = DefaultUpperSize
+	}
+	if opts.UpperSize < 256<<20 {
+		return nil, errdefs.InvalidArgument("uppers image size %d is below the 256 MiB btrfs needs", opts.UpperSize)
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		dataDir:   abs,
+		uppers:    filepath.Join(abs, "uppers"),
+		sandboxes: filepath.Join(abs, "sandboxes"),
+		locks:     map[string]*idLock{},
+	}
+	for _, d := range []string{m.dataDir, m.uppers, m.sandboxes} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	lf, err := os.OpenFile(filepath.Join(abs, "rootfs.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, errdefs.FailedPrecondition("rootfs data dir %s is in use by another process", abs)
+	}
+	m.lockFile = lf
+	if err := m.ensureUppers(ctx, opts.UpperSize); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Manager) ensureUppers(ctx context.Context, size int64) error {
+	mounted, err := m.isMountPoint(m.uppers, "btrfs")
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		img := filepath.Join(m.dataDir, "uppers.img")
+		if !exists(img) {
+			// Format under a temporary name so a crash never leaves a
+			// half-made image that a later Open would try to mount.
+			tmp := img + ".tmp"
+			f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			err = f.Truncate(size)
+			f.Close()
+			if err == nil {
+				err = mkfs(ctx, tmp)
+			}
+			if err == nil {
+				err = os.Rename(tmp, img)
+			}
+			if err != nil {
+				os.Remove(tmp)
+				return fmt.Errorf("rootfs: create uppers image: %w", err)
+			}
+		}
+		// discard=async gives freed blocks back to the host (the loop
+		// driver punches holes in the sparse file) without slowing unlink.
+		if err := attachAndMount(img, m.uppers, "discard=async"); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	if !isBtrfs(m.uppers) {
+		return errdefs.FailedPrecondition("rootfs: %s is not a btrfs mount", m.uppers)
+	}
+	if _, err := enableQuota(m.uppers); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	return nil
+}
+
+// Close releases the data-dir lock. Mounts stay (running sandboxes keep
+// their rootfs across a daemon restart).
+func (m *Manager) Close() error {
+	if m.lockFile == nil {
+		return nil
+	}
+	err := m.lockFile.Close()
+	m.lockFile = nil
+	return err
+}
+
+// Shutdown unmounts every sandbox rootfs and the uppers filesystem, keeping
+// all data. For tests and uninstall; the daemon does not call it.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	ids, err := m.Mounted(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, m.Unmount(ctx, id))
+	}
+	if ok, _ := m.isMountPoint(m.uppers, "btrfs"); ok {
+		if err := unix.Unmount(m.uppers, 0); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.uppers, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RootfsPath is where Mount mounts the sandbox's rootfs.
+func (m *Manager) RootfsPath(id string) string {
+	return filepath.Join(m.sandboxes, id, "rootfs")
+}
+
+// UpperDir is the sandbox's writable layer (for snapshots). Read it only
+// while the rootfs is unmounted or the sandbox is frozen.
+func (m *Manager) UpperDir(id string) string {
+	return filepath.Join(m.uppers, id, "upper")
+}
+
+func (m *Manager) workDir(id string) string { return filepath.Join(m.uppers, id, "work") }
+
+// Mount mounts the overlay for id with lowers given lowest first, creating the
+// writable layer if missing (an existing one is kept: that is how a sleeping
+// sandbox wakes with its files) and setting its disk limit to diskBytes
+// (0 = no limit beyond the image). Mounting an already-mounted id with the
+// same lowers only updates the limit.
+func (m *Manager) Mount(ctx context.Context, id string, lowers []string, diskBytes int64) (string, error) {
+	if err := validID(id); err != nil {
+		return "", err
+	}
+	if diskBytes < 0 {
+		return "", errdefs.InvalidArgument("disk limit %d is negative", diskBytes)
+	}
+	if len(lowers) == 0 {
+		return "", errdefs.InvalidArgument("sandbox %s: at least one lower layer is needed", id)
+	}
+	lowerOpt, err := lowerdirOption(lowers)
+	if err != nil {
+		return "", err
+	}
+	unlock := m.lock(id)
+	defer unlock()
+
+	sub := filepath.Join(m.uppers, id)
+	if !exists(sub) {
+		if err := createSubvol(m.uppers, id); err != nil {
+			return "", fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	qid, err := subvolID(sub)
+	if err != nil {
+		return "", fmt.Errorf("rootfs: %w", err)
+	}
+	if err := setLimit(m.uppers, qid, diskBytes); err != nil {
+		return "", fmt.Errorf("rootfs: %w", err)
+	}
+	upper, work := m.UpperDir(id), m.workDir(id)
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	target := m.RootfsPath(id)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return "", fmt.Errorf("rootfs: %w", err)
+	}
+	if e, ok, err := m.mountAt(target); err != nil {
+		return "", err
+	} else if ok {
+		if e.FSType == "overlay" && strings.Contains(e.SuperOpts, lowerOpt+",") {
+			return target, nil
+		}
+		return "", errdefs.FailedPrecondition("sandbox %s rootfs is already mounted with other layers (%s); unmount it first", id, e.SuperOpts)
+	}
+	data := lowerOpt + ",upperdir=" + upper + ",workdir=" + work + ",index=off"
+	if len(data) > maxMountData {
+		return "", errdefs.InvalidArgument("sandbox %s: overlay options are %d bytes, over the %d-byte mount limit (%d layers); keep layer paths short or flatten the image", id, len(data), maxMountData, len(lowers))
+	}
+	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+		return "", fmt.Errorf("rootfs: mount overlay for %s: %w", id, err)
+	}
+	return target, nil
+}
+
+// lowerdirOption builds "lowerdir=top:...:bottom" from lowest-first paths.
+func lowerdirOption(lowers []string) (string, error) {
+	parts := make([]string, len(lowers))
+	for i, l := range lowers {
+		if !filepath.IsAbs(l) {
+			return "", errdefs.InvalidArgument("lower layer %q is not an absolute path", l)
+		}
+		// ',' and ':' are overlay's separators and '\\' its escape; a path
+		// holding one would be parsed as extra options or layers.
+		if strings.ContainsAny(l, ",:\\\n") {
+			return "", errdefs.InvalidArgument("lower layer path %q contains a character overlay cannot take (',', ':' or '\\')", l)
+		}
+		st, err := os.Stat(l)
+		if err != nil {
+			return "", errdefs.NotFound("lower layer %s: %v", l, err)
+		}
+		if !st.IsDir() {
+			return "", errdefs.InvalidArgument("lower layer %s is not a directory", l)
+		}
+		parts[len(lowers)-1-i] = filepath.Clean(l)
+	}
+	return "lowerdir=" + strings.Join(parts, ":"), nil
+}
+
+// Unmount unmounts id's rootfs, keeping its writable layer. Not mounted is
+// not an error.
+func (m *Manager) Unmount(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	return m.unmountLocked(id)
+}
+
+func (m *Manager) unmountLocked(id string) error {
+	target := m.RootfsPath(id)
+	for i := 0; i < 8; i++ { // stacked mounts (a crash between mounts) are all removed
+		_, ok, err := m.mountAt(target)
+		if err != nil || !ok {
+			return err
+		}
+		if err := unix.Unmount(target, 0); err != nil {
+			if errors.Is(err, unix.EBUSY) {
+				// A host process has its cwd or a file in there; the
+				// container's own mount namespace has its own copy. Detach
+				// so the mount disappears once they let go.
+				err = unix.Unmount(target, unix.MNT_DETACH)
+			}
+			if err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("rootfs: unmount %s: %w", target, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Remove unmounts id's rootfs and deletes its writable layer and disk quota.
+// Removing an unknown id is not an error.
+func (m *Manager) Remove(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	if err := m.unmountLocked(id); err != nil {
+		return err
+	}
+	sub := filepath.Join(m.uppers, id)
+	if exists(sub) {
+		qid, idErr := subvolID(sub)
+		if idErr != nil {
+			// Not a subvolume (should not happen): remove as a tree.
+			if err := os.RemoveAll(sub); err != nil {
+				return fmt.Errorf("rootfs: %w", err)
+			}
+		} else {
+			if err := destroySubvol(m.uppers, id); err != nil {
+				return fmt.Errorf("rootfs: %w", err)
+			}
+			removeQgroup(m.uppers, qid)
+		}
+	}
+	if err := os.Remove(m.RootfsPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	_ = os.Remove(filepath.Join(m.sandboxes, id)) // only if empty: the controller may keep a bundle there
+	return nil
+}
+
+// Mounted lists the ids whose rootfs is currently mounted, for reconcile.
+func (m *Manager) Mounted(ctx context.Context) ([]string, error) {
+	ms, err := mounts()
+	if err != nil {
+		return nil, err
+	}
+	prefix := m.sandboxes + "/"
+	seen := map[string]bool{}
+	var ids []string
+	for _, e := range ms {
+		if !strings.HasPrefix(e.Point, prefix) || !strings.HasSuffix(e.Point, "/rootfs") {
+			continue
+		}
+		id := strings.TrimSuffix(strings.TrimPrefix(e.Point, prefix), "/rootfs")
+		if validID(id) == nil && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Known lists the ids that have a writable layer.
+func (m *Manager) Known(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(m.uppers)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && validID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+func (m *Manager) mountAt(target string) (mountEntry, bool, error) {
+	ms, err := mounts()
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	var last mountEntry
+	found := false
+	for _, e := range ms {
+		if e.Point == target {
+			last, found = e, true // the last entry is the top of a stack
+		}
+	}
+	return last, found, nil
+}
+
+func (m *Manager) isMountPoint(p, fstype string) (bool, error) {
+	e, ok, err := m.mountAt(p)
+	return ok && e.FSType == fstype, err
+}
+
+func (m *Manager) lock(id string) func() {
+	m.mu.Lock()
+	l := m.locks[id]
+	if l == nil {
+		l = &idLock{}
+		m.locks[id] = l
+	}
+	l.refs++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.locks, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// validID keeps ids usable as one path element and as a subvolume name.
+func validID(id string) error {
+	if id == "" || len(id) > 128 || id == "." || id == ".." {
+		return errdefs.InvalidArgument("invalid sandbox id %q", id)
+	}
+	for _, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !ok {
+			return errdefs.InvalidArgument("invalid sandbox id %q: only letters, digits, '-', '_' and '.' are allowed", id)
+		}
+	}
+	return nil
+}
