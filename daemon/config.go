@@ -12,6 +12,6 @@ type Config struct {
 	AgentBinary string        // path to berth-agent; default: beside the berth binary
 	Subnet      string        // 10.88.0.0/16
 	Bridge      string        // berth0
-	UpperSize   int64         // bytes for the sparse XFS file holding writable layers; default 64 GiB
+	UpperSize   int64         // bytes for the sparse btrfs file holding writable layers; default 64 GiB
 	AlarmTick   time.Duration // how often due alarms are checked; default 1s
 }

@@ -47,6 +47,6 @@ Examples:
 	f.StringVar(&cfg.RunDir, "run-dir", "/run/berth", "host-only runtime directory (sockets, bundles, netns); its base name also names the cgroup parent")
 	f.StringVar(&cfg.Bridge, "bridge", "berth0", "bridge for sandbox networking; also names the nftables table")
 	f.DurationVar(&cfg.AlarmTick, "alarm-tick", time.Second, "how often idle sandboxes are checked for sleepAfter")
-	f.Int64Var(&cfg.UpperSize, "upper-size", 64<<30, "bytes of the sparse XFS file that holds every sandbox's writable layer")
+	f.Int64Var(&cfg.UpperSize, "upper-size", 64<<30, "bytes of the sparse btrfs file that holds every sandbox's writable layer")
 	return cmd
 }
