@@ -324,6 +324,12 @@ func (m *Manager) List(ctx context.Context, f server.ListFilter) ([]api.Sandbox,
 // view renders a's record, with the live idle deadline. Callers hold a.mu.
 func (m *Manager) view(a *actor) api.Sandbox {
 	s := toAPI(a.rec)
+	// OOM kills inside a running sandbox are read live from its cgroup
+	// (memory.events or memory.oom_control); the record keeps the flag
+	// once the container is gone.
+	if a.rec.State == api.StateRunning && m.cfg.Runtime.OOMKilled(a.rec.ID) {
+		s.OOMKilled = true
+	}
 	a.actMu.Lock()
 	s.LastActive = a.lastActive
 	if a.rec.State == api.StateRunning && !a.rec.KeepAlive {

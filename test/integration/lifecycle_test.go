@@ -150,7 +150,9 @@ func TestSleepAndWakeKeepFiles(t *testing.T) {
 	if err := d.c.WriteFile(ctx, "it-sleep", "notes.txt", strings.NewReader("remember me"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "it-sleep", "mkdir -p /opt/work && echo built > /opt/work/artifact")
+	if r, err := d.c.Exec(ctx, "it-sleep", api.ExecRequest{Command: "mkdir -p /opt/work && echo built > /opt/work/artifact", User: "root"}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("write outside home as root: %+v %v", r, err)
+	}
 	if err := d.c.Sleep(ctx, "it-sleep"); err != nil {
 		t.Fatal(err)
 	}

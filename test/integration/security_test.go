@@ -136,7 +136,8 @@ func TestFilesAPIStaysInside(t *testing.T) {
 	}
 	// Reading ../../etc/shadow gives the sandbox's shadow, not the host's.
 	host, _ := os.ReadFile("/etc/shadow")
-	inside := readAllString(t, d.c.ReadFile(ctx, "it-confine", "../../etc/shadow"))
+	rc, err := d.c.ReadFile(ctx, "it-confine", "../../etc/shadow")
+	inside := readAllString(t, rc, err)
 	if inside == string(host) || !strings.Contains(inside, "user:") {
 		t.Fatalf("../../etc/shadow did not resolve inside the sandbox")
 	}
