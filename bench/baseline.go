@@ -21,7 +21,9 @@ import (
 func baselines(ctx context.Context, o Options, logf func(string, ...any)) Baselines {
 	var b Baselines
 	var notes []string
-	if o.Runtime != "" && o.DataDir != "" {
+	if os.Geteuid() != 0 {
+		notes = append(notes, "runc run baseline skipped: it needs root to mount the image")
+	} else if o.Runtime != "" && o.DataDir != "" {
 		st, err := runcRun(ctx, o, logf)
 		if err != nil {
 			notes = append(notes, "runc run baseline failed: "+err.Error())

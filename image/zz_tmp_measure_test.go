@@ -18,25 +18,4 @@ func TestZZMeasure(t *testing.T) {
 	start := time.Now()
 	must(t, unpackCompressed(context.Background(), f, dst, img.DiffIDs[0]))
 	t.Logf("unpack %s", time.Since(start))
-	start = time.Now()
-	must(t, syncFS(dst))
-	t.Logf("syncfs %s", time.Since(start))
-	f.Seek(0, 0)
-	start = time.Now()
-	r, c, _ := decompress(f)
-	n, _ := copyDiscard(r)
-	c()
-	t.Logf("decompress only %d bytes %s", n, time.Since(start))
-}
-
-func copyDiscard(r interface{ Read([]byte) (int, error) }) (int64, error) {
-	buf := make([]byte, 1<<20)
-	var n int64
-	for {
-		k, err := r.Read(buf)
-		n += int64(k)
-		if err != nil {
-			return n, nil
-		}
-	}
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -36,6 +39,9 @@ Examples:
 				return err
 			}
 			o.DataDir = client.DataDir(a.dataDir)
+			if o.Runtime == "" {
+				o.Runtime = besideOrPath("runc")
+			}
 			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
 			return runBench(cmd.Context(), c, o, a.stdout)
 		},
@@ -45,6 +51,19 @@ Examples:
 	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
 	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
 	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")
-	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (empty: skip it)")
+	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (default: runc beside berth, then $PATH)")
 	return cmd
+}
+
+// besideOrPath finds name next to the berth binary, then on $PATH; "" if
+// neither has it.
+func besideOrPath(name string) string {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	p, _ := exec.LookPath(name)
+	return p
 }
