@@ -1,0 +1,5 @@
+// Package blob defines berth's object store for snapshots and backups. The
+// local-directory implementation (fs) is the single-host default; s3 talks
+// to any S3-compatible service (AWS S3, R2, MinIO, versitygw). Both pass the
+// conformance suite in blobtest.
+package blob
