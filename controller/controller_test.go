@@ -1,0 +1,242 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/server"
+)
+
+var ctx = context.Background()
+
+func TestGetOrCreateThenExec(t *testing.T) {
+	r := newRig(t)
+	sb, created, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "a"}, false)
+	if err != nil || !created || sb.State != api.StateRunning || sb.ImageDigest != "sha256:debian-trixie" {
+		t.Fatalf("create: %+v created=%v err=%v", sb, created, err)
+	}
+	if sb.Instance != DefaultInstance || sb.SleepAfter != "10m0s" {
+		t.Fatalf("defaults: %+v", sb)
+	}
+	var out bytes.Buffer
+	st, err := r.m.Exec(ctx, "a", api.ExecRequest{Command: "echo hi"}, &out, &out)
+	if err != nil || st.ExitCode != 0 || out.String() != "hi\n" {
+		t.Fatalf("exec: %+v %q %v", st, out.String(), err)
+	}
+	again, created, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "a"}, false)
+	if err != nil || created || again.ID != sb.ID {
+		t.Fatalf("second get-or-create: %+v %v %v", again, created, err)
+	}
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "a"}, true); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("strict create of an existing name: %v", err)
+	}
+	if r.rt.creates != 1 {
+		t.Fatalf("%d containers created, want 1", r.rt.creates)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	r := newRig(t)
+	bad := []api.CreateSandboxRequest{
+		{Name: "../x"},
+		{Name: "UPPER"},
+		{Name: strings.Repeat("a", 64)},
+		{Name: "ok", SleepAfter: "soon"},
+		{Name: "ok", SleepAfter: "10ms"},
+		{Name: "ok", Instance: "huge"},
+		{Name: "ok", Resources: &api.Resources{VCPU: 64, MemoryMiB: 1024, DiskMB: 1000}},
+		{Name: "ok", Resources: &api.Resources{VCPU: 1, MemoryMiB: 1 << 30, DiskMB: 1000}},
+		{Name: "ok", Env: map[string]string{"A=B": "x"}},
+	}
+	for _, req := range bad {
+		if _, _, err := r.m.GetOrCreate(ctx, req, false); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%+v: want invalid argument, got %v", req, err)
+		}
+	}
+	if _, err := r.m.Exec(ctx, "missing", api.ExecRequest{Command: "true"}, nil, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("exec on missing: %v", err)
+	}
+	if _, err := r.m.Exec(ctx, "missing", api.ExecRequest{}, nil, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("exec without a command: %v", err)
+	}
+}
+
+func TestConcurrentGetOrCreateMakesOneContainer(t *testing.T) {
+	r := newRig(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ids := map[string]int{}
+	created := 0
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, c, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "race"}, false)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			ids[sb.ID]++
+			if c {
+				created++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(ids) != 1 || created != 1 || r.rt.creates != 1 {
+		t.Fatalf("ids=%v created=%d containers=%d", ids, created, r.rt.creates)
+	}
+}
+
+func TestSleepWakeAndJournal(t *testing.T) {
+	r := newRig(t)
+	sb, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "s"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Sleep(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := r.m.Get(ctx, "s")
+	if got.State != api.StateSleeping || r.net.up[sb.ID] || r.rfs.mounted[sb.ID] || !r.rfs.known[sb.ID] {
+		t.Fatalf("sleeping sandbox: state=%s net=%v mounted=%v upper kept=%v", got.State, r.net.up[sb.ID], r.rfs.mounted[sb.ID], r.rfs.known[sb.ID])
+	}
+	// Any request wakes it.
+	if _, err := r.m.Exec(ctx, "s", api.ExecRequest{Argv: []string{"true"}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = r.m.Get(ctx, "s")
+	if got.State != api.StateRunning || got.ID != sb.ID {
+		t.Fatalf("after wake: %+v", got)
+	}
+	j, err := r.cfg.Store.Journal(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, e := range j {
+		ops = append(ops, e.Op)
+	}
+	if strings.Join(ops, ",") != "create,start,sleep,wake" {
+		t.Fatalf("journal: %v", ops)
+	}
+	if err := r.m.Destroy(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.m.Get(ctx, "s"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after destroy: %v", err)
+	}
+	if r.rfs.known[sb.ID] {
+		t.Fatal("destroy kept the writable layer")
+	}
+}
+
+func TestIdleAlarm(t *testing.T) {
+	r := newRig(t)
+	keep := true
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "idle", SleepAfter: "1m"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "kept", SleepAfter: "1m", KeepAlive: &keep}, false); err != nil {
+		t.Fatal(err)
+	}
+	// Not yet due.
+	r.m.tick(ctx, time.Now().Add(30*time.Second))
+	if sb, _ := r.m.Get(ctx, "idle"); sb.State != api.StateRunning {
+		t.Fatalf("slept early: %s", sb.State)
+	}
+	// An open operation holds it awake even past the deadline.
+	_, release, err := r.m.use(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m.tick(ctx, time.Now().Add(2*time.Minute))
+	if sb, _ := r.m.Get(ctx, "idle"); sb.State != api.StateRunning {
+		t.Fatalf("slept while busy: %s", sb.State)
+	}
+	release()
+	r.m.tick(ctx, time.Now().Add(2*time.Minute))
+	if sb, _ := r.m.Get(ctx, "idle"); sb.State != api.StateSleeping {
+		t.Fatalf("idle sandbox still %s", sb.State)
+	}
+	if sb, _ := r.m.Get(ctx, "kept"); sb.State != api.StateRunning {
+		t.Fatalf("keepAlive sandbox is %s", sb.State)
+	}
+}
+
+func TestFailedStartCleansUpAndRetries(t *testing.T) {
+	r := newRig(t)
+	r.net.fail = errdefs.Unavailable("no addresses")
+	_, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "f"}, false)
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("want the network error, got %v", err)
+	}
+	sb, _ := r.m.Get(ctx, "f")
+	if sb.State != api.StateFailed || !strings.Contains(sb.Error, "no addresses") || r.rfs.mounted[sb.ID] {
+		t.Fatalf("after failed start: %+v mounted=%v", sb, r.rfs.mounted[sb.ID])
+	}
+	r.net.fail = nil
+	if _, err := r.m.Exec(ctx, "f", api.ExecRequest{Argv: []string{"true"}}, nil, nil); err != nil {
+		t.Fatalf("retry on next request: %v", err)
+	}
+}
+
+func TestImageIsPinnedAcrossStarts(t *testing.T) {
+	r := newRig(t)
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "p", Image: "one"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Sleep(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "p", Image: "two"}, false)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("changing the image of a sandbox with files: %v", err)
+	}
+	// Instance and internet may change at a start.
+	sb, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "p", Instance: "standard-3", Internet: new(bool)}, false)
+	if err != nil || sb.Instance != "standard-3" || sb.ImageDigest != "sha256:one" {
+		t.Fatalf("restart with new size: %+v %v", sb, err)
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	r := newRig(t)
+	live, _, _ := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "live"}, false)
+	lost, _, _ := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "lost"}, false)
+	// The compute of "lost" disappears while the daemon is down, and a
+	// container and a layer nobody owns are left behind.
+	r.rt.Delete(ctx, lost.ID, true)
+	r.rt.Create(ctx, "orphan", t.TempDir())
+	r.rfs.known["orphan-layer"] = true
+	// A new daemon (a new Manager over the same store) reconciles.
+	m2 := New(r.cfg)
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := m2.Get(ctx, "live"); sb.State != api.StateRunning || sb.StartedAt == nil || !sb.StartedAt.Equal(*live.StartedAt) {
+		t.Fatalf("live sandbox not adopted: %+v", sb)
+	}
+	if sb, _ := m2.Get(ctx, "lost"); sb.State != api.StateSleeping {
+		t.Fatalf("sandbox without compute: %s", sb.State)
+	}
+	if _, ok := r.rt.bundles["orphan"]; ok {
+		t.Fatal("orphan container survived reconcile")
+	}
+	if r.rfs.known["orphan-layer"] || !r.rfs.known[lost.ID] {
+		t.Fatalf("layers after reconcile: %v", r.rfs.known)
+	}
+	list, err := m2.List(ctx, server.ListFilter{State: api.StateRunning})
+	if err != nil || len(list) != 1 || list[0].Name != "live" {
+		t.Fatalf("list running: %+v %v", list, err)
+	}
+}
