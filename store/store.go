@@ -64,5 +64,57 @@ type Store interface {
 	Append(ctx context.Context, e JournalEntry) error
 	// Journal returns the entries for one sandbox, oldest first.
 	Journal(ctx context.Context, sandbox string) ([]JournalEntry, error)
+	Artifacts
 	Close() error
+}
+
+// Snapshot is an immutable filesystem layer captured from a sandbox. Its
+// record is written only after its blob is complete, so a snapshot that is
+// listed can always be restored (unless the blob store loses it).
+type Snapshot struct {
+	ID                string
+	Name              string
+	Sandbox           string // the sandbox it was taken from
+	SizeBytes         int64  // compressed blob size
+	UncompressedBytes int64
+	Files             int64
+	SHA256            string // hex digest of the blob
+	BaseImageDigest   string
+	Parent            string // the snapshot the sandbox was restored from, if any
+	Depth             int    // 1 + parent's depth; bounded by squashing
+	FreezeMs          float64
+	CreatedAt         time.Time
+	ExpiresAt         time.Time
+}
+
+// Backup is a compressed archive of one directory of a sandbox.
+type Backup struct {
+	ID        string
+	Name      string
+	Sandbox   string
+	Dir       string
+	SizeBytes int64
+	SHA256    string
+	Files     int64
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// Artifacts stores snapshot and backup records. Gets of missing or expired
+// records are errdefs not-found errors.
+type Artifacts interface {
+	PutSnapshot(ctx context.Context, s Snapshot) error
+	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
+	// ListSnapshots filters by sandbox and name when they are not empty.
+	ListSnapshots(ctx context.Context, sandbox, name string) ([]Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	// TouchSnapshot moves a snapshot's expiry (TTL renewal on restore).
+	TouchSnapshot(ctx context.Context, id string, expiresAt time.Time) error
+	// ExpiredSnapshots lists snapshots whose expiry is not after now.
+	ExpiredSnapshots(ctx context.Context, now time.Time) ([]Snapshot, error)
+
+	PutBackup(ctx context.Context, b Backup) error
+	GetBackup(ctx context.Context, id string) (Backup, error)
+	ListBackups(ctx context.Context, sandbox string) ([]Backup, error)
+	DeleteBackup(ctx context.Context, id string) error
 }

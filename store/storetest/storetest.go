@@ -16,6 +16,7 @@ import (
 // Run runs the suite. open must return a fresh, empty store each call.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := context.Background()
+	runArtifacts(t, open)
 	t.Run("CRUD", func(t *testing.T) {
 		s := open(t)
 		if _, err := s.Get(ctx, "a"); !errors.Is(err, errdefs.ErrNotFound) {
