@@ -33,6 +33,11 @@ type CreateSandboxRequest struct {
 	// SleepAfter is a Go duration ("10m", "30s"); default 10m.
 	SleepAfter string `json:"sleepAfter,omitempty"`
 	KeepAlive  *bool  `json:"keepAlive,omitempty"`
+	// Snapshot starts a new sandbox from a snapshot (its files over the
+	// snapshot's base image). Ignored for an existing sandbox.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Persist is "none" (default) or "disk": see PersistDisk.
+	Persist string `json:"persist,omitempty"`
 }
 
 // Sandbox is the controller's view of one named sandbox.
@@ -56,6 +61,8 @@ type Sandbox struct {
 	SleepAt     *time.Time        `json:"sleepAt,omitempty"`
 	Error       string            `json:"error,omitempty"` // why it failed, when State is failed
 	OOMKilled   bool              `json:"oomKilled,omitempty"`
+	Snapshot    string            `json:"snapshot,omitempty"` // the snapshot it started from
+	Persist     string            `json:"persist,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

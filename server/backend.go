@@ -14,6 +14,7 @@ type Backend interface {
 	Sandboxes
 	Files
 	Images
+	Snapshots
 }
 
 // ListFilter selects sandboxes by state and by labels (all must match).
@@ -57,4 +58,18 @@ type Images interface {
 	ImportImage(ctx context.Context, name string, r io.Reader, progress func(api.Progress)) (api.Image, error)
 	BuildBase(ctx context.Context, progress func(api.Progress)) (api.Image, error)
 	RemoveImage(ctx context.Context, ref string) error
+}
+
+// Snapshots is the snapshot, fork and backup half of the backend.
+type Snapshots interface {
+	Snapshot(ctx context.Context, sandbox string, req api.SnapshotRequest) (api.Snapshot, error)
+	GetSnapshot(ctx context.Context, id string) (api.Snapshot, error)
+	// ListSnapshots filters by sandbox and by name when they are not empty.
+	ListSnapshots(ctx context.Context, sandbox, name string) ([]api.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	Fork(ctx context.Context, source string, req api.ForkRequest) (api.ForkResult, error)
+	CreateBackup(ctx context.Context, sandbox string, req api.BackupRequest) (api.Backup, error)
+	ListBackups(ctx context.Context, sandbox string) ([]api.Backup, error)
+	DeleteBackup(ctx context.Context, id string) error
+	RestoreBackup(ctx context.Context, id string, req api.RestoreBackupRequest) (api.RestoreBackupResult, error)
 }
