@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/blob"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/store"
@@ -26,6 +27,10 @@ type Config struct {
 	Rootfs  Rootfs
 	Network Network
 	Runtime Runtime
+	// Blobs and Snapshots enable snapshots, fork, persist=disk and
+	// backups; without them those calls fail with a clear error.
+	Blobs     blob.Store
+	Snapshots Snapshotter
 	// RunDir is a host-only directory (0700) for bundles and agent sockets.
 	RunDir string
 	// AgentBinary is the berth-agent executable bind-mounted into sandboxes.
@@ -231,7 +236,25 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
 		}
+		switch req.Persist {
+		case "", api.PersistNone:
+			a.rec.Persist = api.PersistNone
+		case api.PersistDisk:
+			a.rec.Persist = api.PersistDisk
+		default:
+			return api.Sandbox{}, false, errdefs.InvalidArgument("persist must be %q or %q, got %q", api.PersistNone, api.PersistDisk, req.Persist)
+		}
+		if req.Snapshot != "" {
+			if err := validSnapshotID(req.Snapshot); err != nil {
+				return api.Sandbox{}, false, err
+			}
+			if err := m.fromSnapshot(ctx, &a.rec, req.Snapshot, req.Image); err != nil {
+				m.drop(a)
+				return api.Sandbox{}, false, err
+			}
+		}
 		if err := m.save(ctx, a); err != nil {
+			m.drop(a)
 			return api.Sandbox{}, false, err
 		}
 		m.journal(ctx, a.name, "create", a.rec.ID)
@@ -346,6 +369,7 @@ func toAPI(r store.Sandbox) api.Sandbox {
 		Instance: r.Instance, Resources: r.Resources, Internet: r.Internet, Env: r.Env,
 		Labels: r.Labels, SleepAfter: r.SleepAfter.String(), KeepAlive: r.KeepAlive, IP: r.IP,
 		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
+		Snapshot: r.Snapshot, Persist: r.Persist,
 	}
 	if !r.StartedAt.IsZero() {
 		t := r.StartedAt
@@ -383,6 +407,11 @@ func (m *Manager) Destroy(ctx context.Context, name string) error {
 	}
 	if err := m.st.Delete(ctx, name); err != nil {
 		return err
+	}
+	if p := a.rec.PersistSnapshot; p != "" {
+		if users, err := m.snapshotUsers(ctx, p); err == nil && len(users) == 0 {
+			_ = m.forgetSnapshot(ctx, p)
+		}
 	}
 	m.journal(ctx, name, "destroy", a.rec.ID)
 	m.drop(a)

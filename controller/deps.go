@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"io"
 	"net/netip"
 	"syscall"
 )
@@ -30,6 +31,8 @@ type Rootfs interface {
 	Remove(ctx context.Context, id string) error
 	Mounted(ctx context.Context) ([]string, error)
 	Known(ctx context.Context) ([]string, error)
+	// UpperDir is where a sandbox's writable layer lives (it may not exist).
+	UpperDir(id string) string
 }
 
 // Attachment is a sandbox's place on the network.
@@ -58,6 +61,9 @@ type Runtime interface {
 	Start(ctx context.Context, id string) error
 	Kill(ctx context.Context, id string, sig syscall.Signal) error
 	Delete(ctx context.Context, id string, force bool) error
+	// Pause and Resume freeze and thaw every process of a container.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
 	State(ctx context.Context, id string) (Container, error)
 	List(ctx context.Context) ([]Container, error)
 	// OOMKilled reports whether the container's cgroup saw an OOM kill.
@@ -86,4 +92,30 @@ type Bundle struct {
 type Bind struct {
 	Source, Target string
 	RO             bool
+}
+
+// Snapshotter turns writable layers into snapshot blobs and back.
+type Snapshotter interface {
+	// Capture writes upperDir as a compressed layer to w.
+	Capture(ctx context.Context, upperDir string, w io.Writer) (CaptureStats, error)
+	// Squash writes the merge of layer dirs (lowest first) as one layer.
+	Squash(ctx context.Context, layers []string, w io.Writer) (CaptureStats, error)
+	// Layer returns the unpacked dir of a snapshot layer, fetching and
+	// verifying its blob through open on first use on this host.
+	Layer(ctx context.Context, id, sha256 string, open func(ctx context.Context) (io.ReadCloser, error)) (string, error)
+	// Forget drops a cached layer.
+	Forget(id string) error
+}
+
+// CaptureStats describes one captured layer.
+type CaptureStats struct {
+	Files, UncompressedBytes, CompressedBytes int64
+	SHA256                                    string
+}
+
+// UpperSnapshots is the optional part of Rootfs used by snapshots.
+type UpperSnapshots interface {
+	// SnapshotUpper makes an instant read-only copy of a sandbox's upper
+	// dir and returns its path and a release func.
+	SnapshotUpper(ctx context.Context, id string) (string, func() error, error)
 }

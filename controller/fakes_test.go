@@ -60,6 +60,7 @@ func (f *fakeRootfs) Remove(ctx context.Context, id string) error {
 	f.removed = append(f.removed, id)
 	return nil
 }
+func (f *fakeRootfs) UpperDir(id string) string { return "/uppers/" + id }
 func (f *fakeRootfs) Mounted(ctx context.Context) ([]string, error) { return f.keys(f.mounted), nil }
 func (f *fakeRootfs) Known(ctx context.Context) ([]string, error)   { return f.keys(f.known), nil }
 func (f *fakeRootfs) keys(m map[string]bool) []string {
@@ -141,6 +142,9 @@ func (f *fakeRuntime) Start(ctx context.Context, id string) error {
 	f.running[id] = srv
 	return nil
 }
+
+func (f *fakeRuntime) Pause(ctx context.Context, id string) error  { return nil }
+func (f *fakeRuntime) Resume(ctx context.Context, id string) error { return nil }
 
 func (f *fakeRuntime) Kill(ctx context.Context, id string, sig syscall.Signal) error { return nil }
 

@@ -67,7 +67,12 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	if err != nil {
 		return err
 	}
-	rootfs, err := m.cfg.Rootfs.Mount(ctx, rec.ID, img.LayerDirs, rec.Resources.DiskMB*1000*1000)
+	snapDirs, err := m.snapshotLowers(ctx, rec)
+	if err != nil {
+		return err
+	}
+	lowers := append(append([]string(nil), img.LayerDirs...), snapDirs...)
+	rootfs, err := m.cfg.Rootfs.Mount(ctx, rec.ID, lowers, rec.Resources.DiskMB*1000*1000)
 	if err != nil {
 		return fmt.Errorf("mount rootfs: %w", err)
 	}
@@ -230,6 +235,11 @@ func (m *Manager) sleep(ctx context.Context, a *actor, reason string) error {
 		return err
 	}
 	a.rec.State, a.rec.StartedAt, a.rec.IP = api.StateSleeping, time.Time{}, ""
+	if err := m.persist(ctx, a); err != nil {
+		// The files are safe on local disk; only the off-host copy failed.
+		m.cfg.Logf("sandbox %s: persist to blob store: %v", a.name, err)
+		m.journal(ctx, a.name, "persist-failed", err.Error())
+	}
 	if err := m.save(ctx, a); err != nil {
 		return err
 	}

@@ -85,8 +85,45 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	m.collectOrphanBlobs(ctx)
+	m.collectSnapshots(ctx)
 	m.fireDue(ctx, time.Now())
 	return nil
+}
+
+// collectOrphanBlobs removes snapshot and backup blobs without a record: a
+// crash between upload and record leaves one, and it must never become
+// visible as a snapshot. Only safe at startup, before any upload runs.
+func (m *Manager) collectOrphanBlobs(ctx context.Context) {
+	if m.cfg.Blobs == nil {
+		return
+	}
+	known := map[string]bool{}
+	live, err1 := m.st.ListSnapshots(ctx, "", "")
+	expired, err2 := m.st.ExpiredSnapshots(ctx, time.Now())
+	backups, err3 := m.st.ListBackups(ctx, "")
+	if err1 != nil || err2 != nil || err3 != nil {
+		return
+	}
+	for _, s := range append(live, expired...) {
+		known[snapKey(s.ID)] = true
+	}
+	for _, b := range backups {
+		known[backupKey(b.ID)] = true
+	}
+	for _, prefix := range []string{"snapshots/", "backups/"} {
+		blobs, err := m.cfg.Blobs.List(ctx, prefix)
+		if err != nil {
+			m.cfg.Logf("reconcile: list blobs: %v", err)
+			return
+		}
+		for _, b := range blobs {
+			if !known[b.Key] {
+				m.cfg.Logf("reconcile: removing unrecorded blob %s", b.Key)
+				_ = m.cfg.Blobs.Delete(ctx, b.Key)
+			}
+		}
+	}
 }
 
 // adopt decides the fate of one record found at startup and reports

@@ -93,6 +93,9 @@ func (a rtAdapter) Delete(ctx context.Context, id string, force bool) error {
 	return a.r.Delete(ctx, id, force)
 }
 
+func (a rtAdapter) Pause(ctx context.Context, id string) error  { return a.r.Pause(ctx, id) }
+func (a rtAdapter) Resume(ctx context.Context, id string) error { return a.r.Resume(ctx, id) }
+
 func (a rtAdapter) State(ctx context.Context, id string) (controller.Container, error) {
 	s, err := a.r.State(ctx, id)
 	if err != nil {

@@ -31,6 +31,23 @@ type Sandbox struct {
 	LastActive  time.Time
 	SleepAt     time.Time // the sleepAfter alarm; zero when none is armed
 	Version     int64     // bumped by every Put; 0 for a new record
+
+	// Snapshot is the snapshot the sandbox was created from; Chain is the
+	// full list of snapshot layers under its upper, lowest first (so a
+	// wake never needs the snapshot records, which may have expired).
+	Snapshot string
+	Chain    []Layer
+	// Persist is api.PersistNone or api.PersistDisk. With disk, every
+	// sleep snapshots the upper to the blob store (PersistSnapshot), so a
+	// host without the local layer can wake the sandbox from it.
+	Persist         string
+	PersistSnapshot string
+}
+
+// Layer names one snapshot layer by id and blob digest.
+type Layer struct {
+	ID     string
+	SHA256 string
 }
 
 // JournalEntry records one lifecycle operation. Key is an idempotency key:
@@ -83,8 +100,12 @@ type Snapshot struct {
 	Parent            string // the snapshot the sandbox was restored from, if any
 	Depth             int    // 1 + parent's depth; bounded by squashing
 	FreezeMs          float64
-	CreatedAt         time.Time
-	ExpiresAt         time.Time
+	// Chain is every layer a restore mounts, lowest first, ending with
+	// this snapshot's own layer.
+	Chain     []Layer
+	TTL       time.Duration // renewed on every restore
+	CreatedAt time.Time
+	ExpiresAt time.Time
 }
 
 // Backup is a compressed archive of one directory of a sandbox.
