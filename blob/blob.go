@@ -16,6 +16,16 @@ type Info struct {
 // visible only once it is complete (no half-written object is ever listed
 // or readable), and must verify the content's sha256 on every read: Get's
 // reader returns an error instead of EOF when the bytes do not match.
+//
+// Keys are slash-separated names of 1..900 bytes drawn from [A-Za-z0-9._/-],
+// with no empty, "." or ".." segment and segments of at most 240 bytes;
+// every method rejects other keys as invalid-argument. A key may also be a
+// prefix of other keys ("a" and "a/b" can coexist).
+//
+// The recorded digest guards against corruption and tampering of stored
+// bytes alone; callers that need authenticity compare Info.SHA256 with a
+// digest they keep elsewhere (snapshot metadata in the state store), or pass
+// it to Put as wantSHA256.
 type Store interface {
 	// Put streams r to key and returns its size and sha256. If wantSHA256
 	// is not empty and the content differs, nothing is stored and an

@@ -12,6 +12,10 @@ export PATH="/usr/local/go/bin:$PATH"
 scripts/build.sh
 echo "==> go vet"
 go vet ./...
+echo "==> S3 server for the blob store tests (versitygw on 127.0.0.1:7470)"
+scripts/s3-server.sh start
+trap 'scripts/s3-server.sh stop' EXIT
+eval "$(scripts/s3-server.sh env | sed 's/^/export /')"
 echo "==> unit and package tests"
 go test -count=1 -timeout 20m ./...
 echo "==> integration tests"
