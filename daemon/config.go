@@ -14,4 +14,16 @@ type Config struct {
 	Bridge      string        // berth0
 	UpperSize   int64         // bytes for the sparse btrfs file holding writable layers; default 64 GiB
 	AlarmTick   time.Duration // how often due alarms are checked; default 1s
+	Blobs       BlobConfig
+}
+
+// BlobConfig chooses the blob store for snapshots and backups: a local
+// directory (<data>/blobs) unless an S3 endpoint is set.
+type BlobConfig struct {
+	S3Endpoint  string // host:port or http(s)://host:port
+	S3Bucket    string
+	S3Region    string
+	S3Prefix    string
+	S3AccessKey string // from $BERTH_S3_ACCESS_KEY when empty
+	S3SecretKey string // from $BERTH_S3_SECRET_KEY when empty
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-sh/berth/rootfs"
 	"github.com/berth-sh/berth/runtime"
 	"github.com/berth-sh/berth/server"
+	"github.com/berth-sh/berth/snapshot"
 	"github.com/berth-sh/berth/store/sqlite"
 )
 
@@ -144,7 +145,18 @@ func Run(ctx context.Context, cfg Config) error {
 	defer nm.Close()
 	rt := runtime.New(cfg.Runtime, filepath.Join(cfg.RunDir, "runc"))
 
+	blobs, blobDesc, err := openBlobs(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	cache, err := snapshot.NewCache(filepath.Join(cfg.DataDir, "snapshots", "layers"))
+	if err != nil {
+		return fmt.Errorf("snapshot cache: %w", err)
+	}
+	logf("blob store: %s", blobDesc)
+
 	mgr := controller.New(controller.Config{
+		Blobs: blobs, Snapshots: layers{cache},
 		Store: st, Images: images{imgs}, Rootfs: rfs, Network: netAdapter{nm},
 		Runtime:     rtAdapter{r: rt, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
 		RunDir:      cfg.RunDir,

@@ -113,6 +113,9 @@ Quick start:
 		a.execCmd(),
 		a.cpCmd(),
 		a.imageCmd(),
+		a.snapshotCmd(),
+		a.forkCmd(),
+		a.backupCmd(),
 		a.benchCmd(),
 	)
 	return root

@@ -47,11 +47,17 @@ custom --vcpu/--memory-mib/--disk-mb. It sleeps after --sleep-after of
 inactivity unless --keep-alive is set. It has no internet access unless
 --internet is set.
 
+With --snapshot ID, a new sandbox starts with the files of that snapshot
+(over the snapshot's own base image). With --persist disk, every sleep also
+snapshots the sandbox's files to the blob store, so they survive the loss
+of this host's disk.
+
 Examples:
   berth sandbox create demo
   berth sandbox create agent-47 --get --instance standard-1 --internet
   berth sandbox create ci-1 --image node --env NODE_ENV=test --label team=ci
-  berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000`,
+  berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000
+  berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
@@ -100,6 +106,8 @@ Examples:
 	f.StringVar(&req.SleepAfter, "sleep-after", "", "sleep after this much inactivity, e.g. 10m (default 10m)")
 	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
 	f.BoolVar(&getOrCreate, "get", false, "return the sandbox if it exists instead of failing")
+	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot's files (see 'berth snapshot ls')")
+	f.StringVar(&req.Persist, "persist", "", "none or disk: with disk, each sleep also snapshots its files to the blob store (default none)")
 	return cmd
 }
 

@@ -32,7 +32,8 @@ exposes it to that network, protected only by the API key.
 Examples:
   sudo berth serve
   sudo berth serve --listen 127.0.0.1:8080 --data /srv/berth
-  sudo berth serve --subnet 10.99.0.0/16 --runtime /usr/local/bin/runc`,
+  sudo berth serve --subnet 10.99.0.0/16 --runtime /usr/local/bin/runc
+  sudo BERTH_S3_ACCESS_KEY=... BERTH_S3_SECRET_KEY=... berth serve --s3-endpoint https://s3.example.com --s3-bucket snaps`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.DataDir = client.DataDir(a.dataDir)
@@ -47,6 +48,10 @@ Examples:
 	f.StringVar(&cfg.RunDir, "run-dir", "/run/berth", "host-only runtime directory (sockets, bundles, netns); its base name also names the cgroup parent")
 	f.StringVar(&cfg.Bridge, "bridge", "berth0", "bridge for sandbox networking; also names the nftables table")
 	f.DurationVar(&cfg.AlarmTick, "alarm-tick", time.Second, "how often idle sandboxes are checked for sleepAfter")
+	f.StringVar(&cfg.Blobs.S3Endpoint, "s3-endpoint", "", "S3-compatible endpoint for snapshots and backups (host:port or URL); default: a local dir under --data")
+	f.StringVar(&cfg.Blobs.S3Bucket, "s3-bucket", "berth", "S3 bucket")
+	f.StringVar(&cfg.Blobs.S3Region, "s3-region", "us-east-1", "S3 region")
+	f.StringVar(&cfg.Blobs.S3Prefix, "s3-prefix", "", "key prefix inside the bucket (ends in /)")
 	f.Int64Var(&cfg.UpperSize, "upper-size", 64<<30, "bytes of the sparse btrfs file that holds every sandbox's writable layer")
 	return cmd
 }
