@@ -26,6 +26,8 @@ type fakeBackend struct {
 	writeFn   func(ctx context.Context, name, path string, r io.Reader, mode uint32) error
 	pullFn    func(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error)
 	removedFn func(name, path string, recursive bool)
+
+	snapState // snapshots, fork and backups: fake_snapshot_test.go
 }
 
 func newFake() *fakeBackend { return &fakeBackend{boxes: map[string]api.Sandbox{}} }

@@ -70,6 +70,15 @@ var routes = []route{
 	{"POST", "/v1/images/import", (*server).importImage},
 	{"POST", "/v1/images/build-base", (*server).buildBase},
 	{"DELETE", "/v1/images/{ref...}", (*server).removeImage},
+	{"POST", "/v1/sandboxes/{name}/snapshots", (*server).createSnapshot},
+	{"GET", "/v1/snapshots", (*server).listSnapshots},
+	{"GET", "/v1/snapshots/{id}", (*server).getSnapshot},
+	{"DELETE", "/v1/snapshots/{id}", (*server).deleteSnapshot},
+	{"POST", "/v1/sandboxes/{name}/fork", (*server).fork},
+	{"POST", "/v1/sandboxes/{name}/backups", (*server).createBackup},
+	{"GET", "/v1/backups", (*server).listBackups},
+	{"DELETE", "/v1/backups/{id}", (*server).deleteBackup},
+	{"POST", "/v1/backups/{id}/restore", (*server).restoreBackup},
 }
 
 type server struct {

@@ -85,7 +85,7 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 			return errdefs.InvalidArgument("invalid sleepAfter %q: want a duration between 1s and 720h such as \"10m\"", req.SleepAfter)
 		}
 	}
-	return nil
+	return validateCreateSnapshot(req)
 }
 
 func validateExec(req *api.ExecRequest) error {
