@@ -93,6 +93,8 @@ func NewServer(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/files/mkdir", s.handleMkdir)
 	s.mux.HandleFunc("DELETE /v1/files", s.handleRemove)
 	s.mux.HandleFunc("POST /v1/files/rename", s.handleRename)
+	s.registerProcessRoutes() // processes, sessions, git (process.go)
+	s.addArchiveRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFound("no agent endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -103,6 +105,7 @@ func NewServer(cfg Config) (*Server, error) {
 		IdleTimeout:       10 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
+	s.addStreamRoutes() // terminals and file watches; needs s.http
 	return s, nil
 }
 

@@ -76,6 +76,7 @@ func TestMain(m *testing.M) {
 			_ = d.c.Destroy(ctx, s.Name)
 		}
 	}
+	cleanArtifacts(ctx)
 	code := m.Run()
 	if list, err := d.c.List(ctx, "", nil); err == nil {
 		for _, s := range list {
@@ -254,4 +255,28 @@ func readAllString(t *testing.T, rc io.ReadCloser, err error) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func execCmd(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// cleanArtifacts deletes snapshots and backups left by an earlier run.
+// Snapshots that others stand on refuse deletion, so it sweeps a few times.
+func cleanArtifacts(ctx context.Context) {
+	for i := 0; i < 20; i++ {
+		list, err := d.c.ListSnapshots(ctx, "", "")
+		if err != nil || len(list) == 0 {
+			break
+		}
+		for _, s := range list {
+			_ = d.c.DeleteSnapshot(ctx, s.ID)
+		}
+	}
+	if list, err := d.c.ListBackups(ctx, ""); err == nil {
+		for _, b := range list {
+			_ = d.c.DeleteBackup(ctx, b.ID)
+		}
+	}
 }

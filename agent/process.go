@@ -1,0 +1,761 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Background process limits.
+const (
+	defaultLogBuffer = 1 << 20
+	maxLogBuffer     = 64 << 20
+	// DefaultKillGrace is how long a killed process tree has between
+	// SIGTERM and SIGKILL.
+	DefaultKillGrace = 5 * time.Second
+	maxKillGrace     = time.Minute
+	// maxProcesses bounds the process table; finished processes (and
+	// their logs) are evicted oldest first to make room.
+	maxProcesses   = 512
+	maxCommandBody = 1 << 20
+)
+
+// validID is what a caller-chosen process or session id may look like: it
+// lands in URLs and log lines, so no separators or control characters.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// procManager owns the background processes and shell sessions of one
+// Server. It hangs off the route closures rather than the Server struct so
+// that it stays in its own files.
+type procManager struct {
+	s *Server
+
+	mu       sync.Mutex
+	procs    map[string]*process
+	sessions map[string]*session
+}
+
+// registerProcessRoutes adds the process, session and git endpoints.
+func (s *Server) registerProcessRoutes() {
+	m := &procManager{s: s, procs: make(map[string]*process), sessions: make(map[string]*session)}
+	s.mux.HandleFunc("POST /v1/processes", m.handleStart)
+	s.mux.HandleFunc("GET /v1/processes", m.handleList)
+	s.mux.HandleFunc("DELETE /v1/processes", m.handleKillAll)
+	s.mux.HandleFunc("GET /v1/processes/{id}", m.handleGet)
+	s.mux.HandleFunc("DELETE /v1/processes/{id}", m.handleKill)
+	s.mux.HandleFunc("GET /v1/processes/{id}/logs", m.handleLogs)
+	s.mux.HandleFunc("POST /v1/processes/{id}/wait-log", m.handleWaitLog)
+	s.mux.HandleFunc("POST /v1/processes/{id}/wait-port", m.handleWaitPort)
+	s.mux.HandleFunc("POST /v1/processes/{id}/wait-exit", m.handleWaitExit)
+	s.mux.HandleFunc("POST /v1/sessions", m.handleCreateSession)
+	s.mux.HandleFunc("GET /v1/sessions", m.handleListSessions)
+	s.mux.HandleFunc("GET /v1/sessions/{id}", m.handleGetSession)
+	s.mux.HandleFunc("DELETE /v1/sessions/{id}", m.handleDeleteSession)
+	s.mux.HandleFunc("POST /v1/sessions/{id}/exec", m.handleSessionExec)
+	s.mux.HandleFunc("POST /v1/git/checkout", m.handleGitCheckout)
+}
+
+// credentialFor returns the credential to run acct's commands with, or an
+// error when the agent cannot switch to that user.
+func credentialFor(acct account) (*syscall.Credential, error) {
+	if os.Geteuid() == 0 {
+		return &syscall.Credential{Uid: acct.uid, Gid: acct.gid, Groups: acct.groups}, nil
+	}
+	if acct.uid != uint32(os.Geteuid()) {
+		return nil, errdefs.PermissionDenied("the agent is not root and cannot run commands as %s", acct.name)
+	}
+	return nil, nil
+}
+
+// process is one background process.
+type process struct {
+	id, command, sessionID, user, cwd string
+	pid                               int
+	startedAt                         time.Time
+
+	mu       sync.Mutex
+	ring     *logRing
+	changed  chan struct{} // closed and replaced whenever output or state changes
+	reaped   bool          // the main pid was reaped: never signal it again
+	ended    bool          // reaped and its output drained
+	exit     Exit
+	endedAt  time.Time
+	killed   bool   // a terminating kill was requested
+	reason   string // why the agent killed it (timeout), if it did
+	done     chan struct{}
+	timeoutT *time.Timer
+}
+
+func (p *process) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *process) info() api.ProcessInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := api.ProcessInfo{
+		ID: p.id, PID: p.pid, Command: p.command, Status: api.ProcessRunning,
+		SessionID: p.sessionID, User: p.user, Cwd: p.cwd, StartedAt: p.startedAt,
+	}
+	if !p.ended {
+		return in
+	}
+	t := p.endedAt
+	in.EndedAt = &t
+	switch {
+	case p.exit.Lost:
+		in.Status, in.Error = api.ProcessError, "the exit status of the process was lost"
+		return in
+	case p.killed:
+		in.Status = api.ProcessKilled
+	case p.exit.Status.ExitStatus() == 0 && !p.exit.Status.Signaled():
+		in.Status = api.ProcessCompleted
+	default:
+		in.Status = api.ProcessFailed
+	}
+	es := exitStatus(p.exit.Status)
+	in.ExitCode, in.Signal, in.Error = &es.ExitCode, es.Signal, p.reason
+	return in
+}
+
+// endedDescription is how a process that is no longer running is named in
+// a "before it was ready" error.
+func (p *process) endedDescription() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit.Lost {
+		return "ended (its exit status was lost)"
+	}
+	es := exitStatus(p.exit.Status)
+	if es.Signal != "" {
+		return "was killed by " + es.Signal
+	}
+	return "exited with code " + strconv.Itoa(es.ExitCode)
+}
+
+func (m *procManager) get(id string) (*process, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.procs[id]
+	if p == nil {
+		return nil, errdefs.NotFound("no process %q", id)
+	}
+	return p, nil
+}
+
+// reserve adds p to the table, evicting the oldest finished processes when
+// the table is full.
+func (m *procManager) reserve(p *process) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.procs[p.id]; ok {
+		return errdefs.AlreadyExists("a process with id %q already exists", p.id)
+	}
+	for len(m.procs) >= maxProcesses {
+		var oldest *process
+		for _, q := range m.procs {
+			q.mu.Lock()
+			ended := q.ended
+			q.mu.Unlock()
+			if ended && (oldest == nil || q.startedAt.Before(oldest.startedAt)) {
+				oldest = q
+			}
+		}
+		if oldest == nil {
+			return errdefs.ResourceExhausted("too many background processes (%d running)", len(m.procs))
+		}
+		delete(m.procs, oldest.id)
+	}
+	m.procs[p.id] = p
+	return nil
+}
+
+func (m *procManager) release(id string) {
+	m.mu.Lock()
+	delete(m.procs, id)
+	m.mu.Unlock()
+}
+
+func (m *procManager) start(r *http.Request, req *api.StartProcessRequest) (*process, error) {
+	if req.Command == "" {
+		return nil, errdefs.InvalidArgument("command is empty")
+	}
+	if req.ID != "" && !validID.MatchString(req.ID) {
+		return nil, errdefs.InvalidArgument("invalid process id %q: use letters, digits, '.', '_' and '-' (at most 128)", req.ID)
+	}
+	limit := req.LogBufferBytes
+	if limit == 0 {
+		limit = defaultLogBuffer
+	}
+	if limit < 1024 || limit > maxLogBuffer {
+		return nil, errdefs.InvalidArgument("logBufferBytes %d out of range [1024, %d]", req.LogBufferBytes, maxLogBuffer)
+	}
+	ereq := api.ExecRequest{Command: req.Command, Cwd: req.Cwd, Env: req.Env, User: req.User, TimeoutMs: req.TimeoutMs}
+	if req.SessionID != "" {
+		sess, err := m.session(req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		// The process starts where the session is: its cwd, its
+		// exported variables and its user.
+		cwd, env, err := sess.snapshot(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		if ereq.Cwd == "" {
+			ereq.Cwd = cwd
+		}
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		ereq.Env = env
+		if ereq.User == "" {
+			ereq.User = sess.acct.name
+		}
+	}
+	plan, err := m.s.prepareExec(&ereq)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := credentialFor(plan.acct)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{
+		id: req.ID, command: req.Command, sessionID: req.SessionID, user: plan.acct.name, cwd: plan.dir,
+		ring: newLogRing(limit), changed: make(chan struct{}), done: make(chan struct{}),
+	}
+	if p.id == "" {
+		p.id = newID()
+	}
+	if err := m.reserve(p); err != nil {
+		return nil, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		m.release(p.id)
+		return nil, errdefs.Internal("open %s: %v", os.DevNull, err)
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		m.release(p.id)
+		return nil, errdefs.ResourceExhausted("create pipe: %v", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		m.release(p.id)
+		return nil, errdefs.ResourceExhausted("create pipe: %v", err)
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   plan.dir,
+		Env:   plan.env,
+		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		// Own process group: the tree is signalled as a whole.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
+	}
+	p.startedAt = time.Now()
+	pid, exitCh, err := m.s.cfg.Reaper.Start(plan.argv0, plan.argv, attr)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		m.release(p.id)
+		return nil, startError(plan, err)
+	}
+	p.pid = pid
+	go p.run(exitCh, outR, errR)
+	if plan.timeout > 0 {
+		p.mu.Lock()
+		p.timeoutT = time.AfterFunc(plan.timeout, func() {
+			p.mu.Lock()
+			if !p.reaped {
+				p.reason = "killed after its timeout of " + plan.timeout.String()
+			}
+			p.mu.Unlock()
+			p.kill(syscall.SIGTERM, DefaultKillGrace)
+		})
+		p.mu.Unlock()
+	}
+	return p, nil
+}
+
+// run collects p's output until it exits and its pipes drain.
+func (p *process) run(exitCh <-chan Exit, outR, errR *os.File) {
+	defer outR.Close()
+	defer errR.Close()
+	var wg sync.WaitGroup
+	collect := func(f *os.File, t frame.Type) {
+		defer wg.Done()
+		buf := make([]byte, readChunk)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				c := make([]byte, n)
+				copy(c, buf[:n])
+				p.mu.Lock()
+				p.ring.add(t, c)
+				p.notifyLocked()
+				p.mu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(2)
+	go collect(outR, frame.Stdout)
+	go collect(errR, frame.Stderr)
+	e := <-exitCh
+	p.mu.Lock()
+	p.reaped = true
+	if p.timeoutT != nil {
+		p.timeoutT.Stop()
+	}
+	p.mu.Unlock()
+	// Descendants that keep the pipes open (`server &`) must not keep the
+	// process from ending; their later output is not collected.
+	d := time.Now().Add(drainDelay)
+	outR.SetReadDeadline(d)
+	errR.SetReadDeadline(d)
+	wg.Wait()
+	p.mu.Lock()
+	p.ended, p.exit, p.endedAt = true, e, time.Now()
+	p.notifyLocked()
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// treeMember pins a pid to its start time, so that a pid reused during the
+// grace period is never signalled.
+type treeMember struct {
+	pid   int
+	start uint64
+}
+
+// procStatAll reads ppid, pgid, state and start time from /proc/pid/stat.
+func procStatAll(pid int) (ppid, pgid int, state byte, start uint64, ok bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, 0, false
+	}
+	i := len(data) - 1
+	for i >= 0 && data[i] != ')' {
+		i--
+	}
+	if i < 0 || i+2 >= len(data) {
+		return 0, 0, 0, 0, false
+	}
+	var f []string
+	start0 := i + 2
+	for j := start0; j <= len(data); j++ {
+		if j == len(data) || data[j] == ' ' || data[j] == '\n' {
+			if j > start0 {
+				f = append(f, string(data[start0:j]))
+			}
+			start0 = j + 1
+		}
+	}
+	// f[0] is field 3 (state); ppid is field 4, pgrp 5, starttime 22.
+	if len(f) < 20 {
+		return 0, 0, 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, 0, 0, false
+	}
+	return ppid, pgid, f[0][0], start, true
+}
+
+// snapshotTree returns root, its process group and every descendant of
+// either, pinned to their start times.
+func snapshotTree(root int) []treeMember {
+	type st struct {
+		ppid, pgid int
+		start      uint64
+	}
+	all := make(map[int]st)
+	children := make(map[int][]int)
+	if d, err := os.Open("/proc"); err == nil {
+		names, _ := d.Readdirnames(-1)
+		d.Close()
+		for _, n := range names {
+			pid, err := strconv.Atoi(n)
+			if err != nil {
+				continue
+			}
+			if ppid, pgid, state, start, ok := procStatAll(pid); ok && state != 'Z' {
+				all[pid] = st{ppid, pgid, start}
+				children[ppid] = append(children[ppid], pid)
+			}
+		}
+	}
+	in := make(map[int]bool)
+	var queue []int
+	for pid, s := range all {
+		if pid == root || s.pgid == root {
+			in[pid] = true
+			queue = append(queue, pid)
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, c := range children[pid] {
+			if !in[c] {
+				in[c] = true
+				queue = append(queue, c)
+			}
+		}
+	}
+	out := make([]treeMember, 0, len(in))
+	for pid := range in {
+		out = append(out, treeMember{pid, all[pid].start})
+	}
+	return out
+}
+
+func (t treeMember) alive() bool {
+	_, _, state, start, ok := procStatAll(t.pid)
+	return ok && state != 'Z' && start == t.start
+}
+
+// terminating reports whether sig asks a process to end; only those are
+// escalated to SIGKILL after the grace period.
+func terminating(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGKILL:
+		return true
+	}
+	return false
+}
+
+// kill signals p's whole tree. A terminating signal is followed, after
+// grace, by SIGKILL to every member of the tree that is still alive,
+// including descendants that left the process group or were orphaned when
+// their parent died of the first signal. It returns when the tree is dead
+// (or at once for a non-terminating signal). A process that already ended
+// is left alone: its pid may belong to someone else now.
+func (p *process) kill(sig syscall.Signal, grace time.Duration) {
+	p.mu.Lock()
+	if p.reaped {
+		p.mu.Unlock()
+		return
+	}
+	if terminating(sig) {
+		p.killed = true
+	}
+	if sig == syscall.SIGKILL {
+		killTree(p.pid)
+		p.mu.Unlock()
+		<-p.done
+		return
+	}
+	members := snapshotTree(p.pid)
+	syscall.Kill(-p.pid, sig)
+	for _, m := range members {
+		syscall.Kill(m.pid, sig)
+	}
+	p.mu.Unlock()
+	if !terminating(sig) {
+		return
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-deadline.C:
+			break wait
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		reaped := p.reaped
+		p.mu.Unlock()
+		if !reaped {
+			continue
+		}
+		alive := false
+		for _, m := range members {
+			if m.pid != p.pid && m.alive() {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			break
+		}
+	}
+	p.mu.Lock()
+	if !p.reaped {
+		killTree(p.pid)
+	}
+	p.mu.Unlock()
+	for _, m := range members {
+		if m.pid != p.pid && m.alive() {
+			killTree(m.pid)
+		}
+	}
+	<-p.done
+}
+
+// parseSignal accepts "TERM", "SIGTERM" or "15"; empty means SIGTERM.
+func parseSignal(s string) (syscall.Signal, error) {
+	if s == "" {
+		return syscall.SIGTERM, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 || unix.SignalName(syscall.Signal(n)) == "" {
+			return 0, errdefs.InvalidArgument("unknown signal %q", s)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := s
+	if len(name) < 3 || name[:3] != "SIG" {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	if sig == 0 {
+		return 0, errdefs.InvalidArgument("unknown signal %q", s)
+	}
+	return sig, nil
+}
+
+func parseGrace(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("graceMs")
+	if v == "" {
+		return DefaultKillGrace, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > maxKillGrace {
+		return 0, errdefs.InvalidArgument("graceMs %q out of range [0, %d]", v, maxKillGrace.Milliseconds())
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (m *procManager) handleStart(w http.ResponseWriter, r *http.Request) {
+	var req api.StartProcessRequest
+	if err := decodeJSON(w, r, maxCommandBody, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := m.start(r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, p.info())
+}
+
+func (m *procManager) list(sessionID string) []*process {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*process
+	for _, p := range m.procs {
+		if sessionID == "" || p.sessionID == sessionID {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].startedAt.Before(out[j].startedAt) })
+	return out
+}
+
+func (m *procManager) handleList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	res := api.ProcessList{Processes: []api.ProcessInfo{}}
+	for _, p := range m.list(q.Get("sessionId")) {
+		in := p.info()
+		if st := q.Get("status"); st == "" || st == in.Status {
+			res.Processes = append(res.Processes, in)
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (m *procManager) handleGet(w http.ResponseWriter, r *http.Request) {
+	p, err := m.get(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p.info())
+}
+
+func (m *procManager) handleKill(w http.ResponseWriter, r *http.Request) {
+	p, err := m.get(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sig, err := parseSignal(r.URL.Query().Get("signal"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	grace, err := parseGrace(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// The kill runs to completion even if the caller goes away: a tree
+	// left SIGTERMed but never SIGKILLed would be a half-done kill.
+	done := make(chan struct{})
+	go func() { p.kill(sig, grace); close(done) }()
+	select {
+	case <-done:
+	case <-r.Context().Done():
+		return
+	}
+	writeJSON(w, http.StatusOK, p.info())
+}
+
+// killAll kills every running process (of one session, when sessionID is
+// set) in parallel and returns how many were running.
+func (m *procManager) killAll(sessionID string, grace time.Duration) int {
+	var wg sync.WaitGroup
+	n := 0
+	for _, p := range m.list(sessionID) {
+		p.mu.Lock()
+		running := !p.reaped
+		p.mu.Unlock()
+		if !running {
+			continue
+		}
+		n++
+		wg.Add(1)
+		go func() { defer wg.Done(); p.kill(syscall.SIGTERM, grace) }()
+	}
+	wg.Wait()
+	return n
+}
+
+func (m *procManager) handleKillAll(w http.ResponseWriter, r *http.Request) {
+	grace, err := parseGrace(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n := m.killAll(r.URL.Query().Get("sessionId"), grace)
+	writeJSON(w, http.StatusOK, api.KillAllResult{Killed: n})
+}
+
+// handleLogs returns the buffered output as JSON, or with follow=1 streams
+// it as frames: the buffered output, then live output, then exactly one
+// exit (or error) frame once the process has ended.
+func (m *procManager) handleLogs(w http.ResponseWriter, r *http.Request) {
+	p, err := m.get(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if f := r.URL.Query().Get("follow"); f != "1" && f != "true" {
+		p.mu.Lock()
+		out, errb := p.ring.contents()
+		logs := api.ProcessLogs{ID: p.id, Stdout: out, Stderr: errb,
+			DroppedStdout: p.ring.streams[0].dropped, DroppedStderr: p.ring.streams[1].dropped}
+		p.mu.Unlock()
+		writeJSON(w, http.StatusOK, logs)
+		return
+	}
+	fs := startFrames(w)
+	hbEvery := m.s.cfg.HeartbeatInterval
+	hb := time.NewTimer(hbEvery)
+	defer hb.Stop()
+	var after uint64
+	for {
+		p.mu.Lock()
+		chunks := p.ring.since(after)
+		ended, changed := p.ended, p.changed
+		p.mu.Unlock()
+		for i, c := range chunks {
+			if !fs.send(c.t, c.p, i == len(chunks)-1) {
+				return
+			}
+			after = c.seq
+		}
+		if len(chunks) > 0 {
+			hb.Reset(hbEvery)
+		}
+		if ended {
+			in := p.info()
+			if in.Status == api.ProcessError {
+				fs.sendJSON(frame.Error, api.ErrorBody(errdefs.Internal("process %s: %s", p.id, in.Error)))
+				return
+			}
+			p.mu.Lock()
+			es := exitStatus(p.exit.Status)
+			es.DurationMs = p.endedAt.Sub(p.startedAt).Milliseconds()
+			p.mu.Unlock()
+			fs.sendJSON(frame.Exit, es)
+			return
+		}
+		select {
+		case <-changed:
+		case <-hb.C:
+			if !fs.send(frame.Heartbeat, nil, true) {
+				return
+			}
+			hb.Reset(hbEvery)
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// frameStream writes a frame response (the exec wire format).
+type frameStream struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startFrames(w http.ResponseWriter) *frameStream {
+	fs := &frameStream{w: w, rc: http.NewResponseController(w)}
+	w.Header().Set("Content-Type", ExecContentType)
+	w.WriteHeader(http.StatusOK)
+	fs.rc.Flush()
+	return fs
+}
+
+func (fs *frameStream) send(t frame.Type, p []byte, flush bool) bool {
+	fs.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := frame.Write(fs.w, t, p); err != nil {
+		return false
+	}
+	if flush {
+		return fs.rc.Flush() == nil
+	}
+	return true
+}
+
+func (fs *frameStream) sendJSON(t frame.Type, v any) bool {
+	body, _ := json.Marshal(v)
+	return fs.send(t, body, true)
+}

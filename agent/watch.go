@@ -1,0 +1,271 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// File watching: GET /v1/watch?path=P&recursive=1&include=G…|exclude=G…
+//
+// The answer is a stream of newline-delimited JSON api.WatchEvent (content
+// type WatchContentType). Headers and the first "watching" line are sent only
+// after every inotify watch is in place, so a client that creates a file
+// right after reading that line is guaranteed to see the event. While idle
+// the stream carries a "heartbeat" line every HeartbeatInterval, so the host
+// can tell a dead agent from a quiet directory. Closing the stream stops the
+// watch: the inotify descriptor is closed and the goroutines end.
+//
+// We use inotify directly (inotify.go) rather than fsnotify: fsnotify folds
+// IN_ATTRIB into Chmod and cannot pair IN_MOVED_FROM with IN_MOVED_TO,
+// and the API promises both.
+
+// WatchContentType is the media type of a watch stream.
+const WatchContentType = "application/x-ndjson"
+
+// Defaults and bounds for watch requests.
+const (
+	maxWatchGlobs   = 64
+	maxWatchGlobLen = 256
+	watchReadBuf    = 64 << 10
+)
+
+// DefaultWatchExcludes apply when a request gives no exclude parameter at
+// all (an empty "exclude=" turns them off). No watch is added inside an
+// excluded directory: node_modules alone can hold more directories than the
+// default inotify watch limit.
+var DefaultWatchExcludes = []string{".git", "node_modules"}
+
+type watchService struct {
+	s        *Server
+	shutdown <-chan struct{}
+}
+
+func nonEmpty(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func checkGlobs(kind string, globs []string) error {
+	if len(globs) > maxWatchGlobs {
+		return errdefs.InvalidArgument("at most %d %s globs", maxWatchGlobs, kind)
+	}
+	for _, g := range globs {
+		if len(g) > maxWatchGlobLen {
+			return errdefs.InvalidArgument("%s glob longer than %d bytes", kind, maxWatchGlobLen)
+		}
+		if _, err := path.Match(g, ""); err != nil {
+			return errdefs.InvalidArgument("invalid %s glob %q: %v", kind, g, err)
+		}
+	}
+	return nil
+}
+
+// parseWatch validates a watch request into watcher options.
+func (ws *watchService) parseWatch(r *http.Request) (watchOptions, error) {
+	var o watchOptions
+	root, err := ws.s.pathParam(r, "path")
+	if err != nil {
+		return o, err
+	}
+	q := r.URL.Query()
+	o.recursive = true
+	switch v := q.Get("recursive"); v {
+	case "":
+	case "1", "true":
+	case "0", "false":
+		o.recursive = false
+	default:
+		return o, errdefs.InvalidArgument("recursive must be 0 or 1, not %q", v)
+	}
+	include := nonEmpty(q["include"])
+	exclude := nonEmpty(q["exclude"])
+	if len(include) > 0 && len(exclude) > 0 {
+		return o, errdefs.InvalidArgument("include and exclude globs are mutually exclusive")
+	}
+	if _, set := q["exclude"]; !set {
+		exclude = DefaultWatchExcludes
+	}
+	if err := checkGlobs("include", include); err != nil {
+		return o, err
+	}
+	if err := checkGlobs("exclude", exclude); err != nil {
+		return o, err
+	}
+	o.filter = watchFilter{include: include, exclude: exclude}
+
+	fi, err := os.Stat(root)
+	if err != nil {
+		return o, fsError("watch", root, err)
+	}
+	if lfi, err := os.Lstat(root); err == nil && lfi.Mode()&os.ModeSymlink != 0 {
+		// Watch what the link points to (inside the sandbox), and name
+		// events by that path, which is where the files really are.
+		if root, err = filepath.EvalSymlinks(root); err != nil {
+			return o, fsError("watch", root, err)
+		}
+	}
+	o.root, o.rootIsDir = root, fi.IsDir()
+	return o, nil
+}
+
+func (ws *watchService) handleWatch(w http.ResponseWriter, r *http.Request) {
+	opts, err := ws.parseWatch(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	wt, err := newWatcher(opts)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	batches := make(chan []byte)
+	quit := make(chan struct{})
+	readerDone := make(chan struct{})
+	// Stop order matters for the leak guarantee: quit unblocks a pending
+	// send, Close unblocks a pending Read, and we wait for the reader.
+	defer func() {
+		close(quit)
+		wt.close()
+		<-readerDone
+	}()
+	go func() {
+		defer close(readerDone)
+		buf := make([]byte, watchReadBuf)
+		for {
+			n, err := wt.f.Read(buf)
+			if n > 0 {
+				select {
+				case batches <- append([]byte(nil), buf[:n]...):
+				case <-quit:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", WatchContentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	ok := true
+	send := func(ev api.WatchEvent) {
+		if !ok {
+			return
+		}
+		if ev.Timestamp.IsZero() {
+			ev.Timestamp = time.Now().UTC()
+		}
+		data, _ := json.Marshal(ev)
+		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.Write(append(data, '\n')); err != nil {
+			ok = false
+		}
+	}
+	flush := func() bool {
+		if ok && rc.Flush() != nil {
+			ok = false
+		}
+		return ok
+	}
+	send(api.WatchEvent{Type: api.WatchWatching, Path: opts.root})
+	if !flush() {
+		return
+	}
+	every := ws.s.cfg.HeartbeatInterval
+	hb := time.NewTimer(every)
+	defer hb.Stop()
+	for {
+		select {
+		case b, open := <-batches:
+			if !open {
+				send(api.WatchEvent{Type: api.WatchStopped, Reason: "the inotify descriptor failed"})
+				flush()
+				return
+			}
+			stop := wt.handle(b, send)
+			if stop != "" {
+				send(api.WatchEvent{Type: api.WatchStopped, Path: opts.root, Reason: stop})
+				flush()
+				return
+			}
+			if !flush() {
+				return
+			}
+			hb.Reset(every)
+		case <-hb.C:
+			send(api.WatchEvent{Type: api.WatchHeartbeat})
+			if !flush() {
+				return
+			}
+			hb.Reset(every)
+		case <-ws.shutdown:
+			send(api.WatchEvent{Type: api.WatchStopped, Reason: "the agent is shutting down"})
+			flush()
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// watchFilter applies include/exclude globs to paths relative to the watched
+// root. A glob without '/' matches any single path component, so
+// "node_modules" covers everything below such a directory and "*.go" any Go
+// file; a glob with '/' matches the relative path or any of its leading
+// parts ("build/out" covers build/out/x).
+type watchFilter struct {
+	include []string
+	exclude []string
+}
+
+func globsMatch(globs []string, rel string) bool {
+	if rel == "" {
+		return false
+	}
+	for _, g := range globs {
+		slash := false
+		for i := 0; i < len(g); i++ {
+			if g[i] == '/' {
+				slash = true
+				break
+			}
+		}
+		start := 0
+		for i := 0; i <= len(rel); i++ {
+			if i < len(rel) && rel[i] != '/' {
+				continue
+			}
+			part := rel[start:i] // one component
+			if slash {
+				part = rel[:i] // a leading path
+			}
+			if ok, _ := path.Match(g, part); ok {
+				return true
+			}
+			start = i + 1
+		}
+	}
+	return false
+}
+
+func (f *watchFilter) excluded(rel string) bool { return globsMatch(f.exclude, rel) }
+
+func (f *watchFilter) wanted(rel string) bool {
+	return !f.excluded(rel) && (len(f.include) == 0 || globsMatch(f.include, rel))
+}

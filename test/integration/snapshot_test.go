@@ -1,0 +1,250 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// workspace makes a node_modules-like tree of files in a sandbox.
+func workspace(t *testing.T, name string, files int) {
+	t.Helper()
+	script := fmt.Sprintf(`python3 - <<'PY'
+import os
+base = "/home/user/proj/node_modules"
+for i in range(%d):
+    d = os.path.join(base, "pkg%%d" %% (i // 50))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%%d.js" %% i), "w") as f:
+        f.write("module.exports = %%d;\n" %% i * 40)
+PY`, files)
+	if r := run(t, name, script); r.ExitCode != 0 {
+		t.Fatalf("make workspace: %+v", r)
+	}
+}
+
+func treeSum(t *testing.T, name, dir string) string {
+	t.Helper()
+	r := run(t, name, "cd "+dir+" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum")
+	if r.ExitCode != 0 {
+		t.Fatalf("tree sum: %+v", r)
+	}
+	return strings.Fields(r.Stdout)[0]
+}
+
+func TestSnapshotRestoreChainAndFork(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-snap-src"})
+	workspace(t, "it-snap-src", 2000)
+	run(t, "it-snap-src", "echo v1 > /home/user/version")
+	if r, err := d.c.Exec(ctx, "it-snap-src", api.ExecRequest{Command: "rm /etc/motd", User: "root"}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("delete a base-image file: %+v %v", r, err)
+	}
+	want := treeSum(t, "it-snap-src", "/home/user/proj")
+
+	sn, err := d.c.Snapshot(ctx, "it-snap-src", api.SnapshotRequest{Name: "ws"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot %s: %d files, %d bytes compressed, frozen %.2f ms", sn.ID, sn.Files, sn.SizeBytes, sn.FreezeMs)
+	if sn.Parent != "" || sn.Depth != 1 || !strings.HasPrefix(sn.BaseImageDigest, "sha256:") || sn.ExpiresAt.Before(time.Now().Add(29*24*time.Hour)) {
+		t.Fatalf("snapshot handle: %+v", sn)
+	}
+	// The source keeps working and its later writes are not in the snapshot.
+	run(t, "it-snap-src", "echo v2 > /home/user/version")
+
+	// Restore into a new sandbox.
+	t0 := time.Now()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-snap-r1", Snapshot: sn.ID})
+	r := run(t, "it-snap-r1", "cat /home/user/version; test -e /etc/motd && echo motd-back || echo motd-gone")
+	t.Logf("restore to first exec: %s", time.Since(t0).Round(time.Millisecond))
+	if r.Stdout != "v1\nmotd-gone\n" {
+		t.Fatalf("restored files: %q", r.Stdout)
+	}
+	if got := treeSum(t, "it-snap-r1", "/home/user/proj"); got != want {
+		t.Fatalf("restored workspace differs")
+	}
+	// A snapshot of the restored sandbox is incremental: it stores only
+	// the change and records its parent.
+	run(t, "it-snap-r1", "echo v3 > /home/user/version")
+	child, err := d.c.Snapshot(ctx, "it-snap-r1", api.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child.Parent != sn.ID || child.Depth != 2 || child.SizeBytes >= sn.SizeBytes/4 {
+		t.Fatalf("child snapshot not incremental: %+v (parent size %d)", child, sn.SizeBytes)
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-snap-r2", Snapshot: child.ID})
+	if r := run(t, "it-snap-r2", "cat /home/user/version"); r.Stdout != "v3\n" {
+		t.Fatalf("chain restore: %q", r.Stdout)
+	}
+	if got := treeSum(t, "it-snap-r2", "/home/user/proj"); got != want {
+		t.Fatalf("chain restore lost the base layer's files")
+	}
+	// The parent cannot be deleted while others stand on it.
+	if err := d.c.DeleteSnapshot(ctx, sn.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("delete of a needed snapshot: %v", err)
+	}
+	// Listing: all, by sandbox, by name.
+	if l, err := d.c.ListSnapshots(ctx, "it-snap-src", ""); err != nil || len(l) != 1 || l[0].ID != sn.ID {
+		t.Fatalf("list by sandbox: %+v %v", l, err)
+	}
+	if l, err := d.c.ListSnapshots(ctx, "", "ws"); err != nil || len(l) != 1 {
+		t.Fatalf("list by name: %+v %v", l, err)
+	}
+
+	// Fork 10: each fork is independent.
+	t0 = time.Now()
+	fr, err := d.c.Fork(ctx, "it-snap-src", api.ForkRequest{Count: 10})
+	forkTime := time.Since(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range fr.Sandboxes {
+		name := s.Name
+		t.Cleanup(func() { _ = d.c.Destroy(context.Background(), name) })
+	}
+	t.Logf("fork 10: %s", forkTime.Round(time.Millisecond))
+	if len(fr.Sandboxes) != 10 {
+		t.Fatalf("forks: %d", len(fr.Sandboxes))
+	}
+	run(t, fr.Sandboxes[0].Name, "echo mine > /home/user/version")
+	if r := run(t, fr.Sandboxes[1].Name, "cat /home/user/version"); r.Stdout != "v2\n" {
+		t.Fatalf("fork 1 sees %q; forks must be independent and start from the source's current files", r.Stdout)
+	}
+	// Nothing is copied per fork: all share one cached layer dir.
+	lowers := map[string]bool{}
+	for _, s := range fr.Sandboxes {
+		lowers[lowerOf(t, s.ID)] = true
+	}
+	if len(lowers) != 1 {
+		t.Fatalf("forks use %d different top lowers, want 1 shared", len(lowers))
+	}
+
+	// Errors: missing snapshot, image mismatch.
+	_, _, err = d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "it-snap-bad", Snapshot: "snap_00000000deadbeef"})
+	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "snapshot snap_00000000deadbeef not found") {
+		t.Fatalf("missing snapshot: %v", err)
+	}
+	if _, err := d.c.Get(ctx, "it-snap-bad"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a failed restore left a sandbox behind: %v", err)
+	}
+}
+
+// lowerOf returns the top (last) lowerdir of a sandbox's overlay mount.
+func lowerOf(t *testing.T, id string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, filepath.Join("sandboxes", id, "rootfs")) {
+			i := strings.Index(line, "lowerdir=")
+			if i < 0 {
+				continue
+			}
+			opt := line[i+len("lowerdir="):]
+			opt = strings.Split(opt, ",")[0]
+			return strings.Split(opt, ":")[0] // overlay lists the top layer first
+		}
+	}
+	t.Fatalf("no overlay mount for %s", id)
+	return ""
+}
+
+func TestPersistDiskSurvivesLostLayer(t *testing.T) {
+	ctx := context.Background()
+	sb := sandbox(t, api.CreateSandboxRequest{Name: "it-persist", Persist: api.PersistDisk})
+	run(t, "it-persist", "echo durable > /home/user/keep.txt")
+	if err := d.c.Sleep(ctx, "it-persist"); err != nil {
+		t.Fatal(err)
+	}
+	// Lose the local writable layer, as if the sandbox woke on another host.
+	d.kill9()
+	upper := filepath.Join(dataDir, "uppers", sb.ID)
+	if _, err := os.Stat(upper); err != nil {
+		t.Fatalf("expected the local layer at %s: %v", upper, err)
+	}
+	if out, err := execCmd("btrfs", "subvolume", "delete", upper); err != nil {
+		t.Fatalf("delete local layer: %v %s", err, out)
+	}
+	var err error
+	if d, err = startDaemon(nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "it-persist", "cat /home/user/keep.txt"); r.Stdout != "durable\n" {
+		t.Fatalf("after losing the local layer: %+v", r)
+	}
+}
+
+func TestBackupRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-bk-a"})
+	sandbox(t, api.CreateSandboxRequest{Name: "it-bk-b"})
+	run(t, "it-bk-a", `mkdir -p "/home/user/data/sub dir/日本語" && echo hello > "/home/user/data/sub dir/日本語/résumé notes.txt" && echo skip > /home/user/data/x.log && head -c 1500000 /dev/urandom > /home/user/data/blob.bin`)
+	want := treeSum(t, "it-bk-a", "/home/user/data")
+	b, err := d.c.CreateBackup(ctx, "it-bk-a", api.BackupRequest{Dir: "/home/user/data", Name: "data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Restore into another sandbox, replacing what was there.
+	run(t, "it-bk-b", "mkdir -p /home/user/target && echo old > /home/user/target/old.txt")
+	res, err := d.c.RestoreBackup(ctx, b.ID, api.RestoreBackupRequest{Sandbox: "it-bk-b", Dir: "/home/user/target"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := treeSum(t, "it-bk-b", "/home/user/target"); got != want {
+		t.Fatalf("restored tree differs (%+v)", res)
+	}
+	if r := run(t, "it-bk-b", "test -e /home/user/target/old.txt && echo stale || echo replaced"); r.Stdout != "replaced\n" {
+		t.Fatalf("restore did not replace the directory: %q", r.Stdout)
+	}
+	// Excludes.
+	b2, err := d.c.CreateBackup(ctx, "it-bk-a", api.BackupRequest{Dir: "/home/user/data", Exclude: []string{"*.log"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.RestoreBackup(ctx, b2.ID, api.RestoreBackupRequest{Sandbox: "it-bk-b", Dir: "/home/user/t2"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "it-bk-b", "ls /home/user/t2"); strings.Contains(r.Stdout, "x.log") {
+		t.Fatalf("excluded file restored: %q", r.Stdout)
+	}
+	// A tampered blob is refused and the target is left as it was.
+	blobPath := filepath.Join(dataDir, "blobs", "blobs", "backups", b.ID+".tar.zst.blob~")
+	data, err := os.ReadFile(blobPath)
+	if err != nil {
+		t.Fatalf("read blob: %v", err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(blobPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.RestoreBackup(ctx, b.ID, api.RestoreBackupRequest{Sandbox: "it-bk-b", Dir: "/home/user/t2"}); err == nil {
+		t.Fatal("tampered backup restored")
+	}
+	if r := run(t, "it-bk-b", "ls /home/user/t2 | sort | tr '\\n' ' '"); r.Stdout != "blob.bin sub dir " {
+		t.Fatalf("failed restore changed the target: %q", r.Stdout)
+	}
+	if list, err := d.c.ListBackups(ctx, "it-bk-a"); err != nil || len(list) != 2 {
+		t.Fatalf("list backups: %+v %v", list, err)
+	}
+}
+
+// sha256Hex is used by callers comparing blobs.
+func sha256Hex(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+
+var _ = io.EOF
