@@ -44,9 +44,9 @@ const (
 
 type termClient struct {
 	conn    *websocket.Conn
-	backlog int64 // bytes queued and not yet written; under terminal.mu
-	out    chan termMsg // closed (under terminal.mu) when the client leaves the set
-	reason int          // set under terminal.mu before out is closed
+	backlog int64        // bytes queued and not yet written; under terminal.mu
+	out     chan termMsg // closed (under terminal.mu) when the client leaves the set
+	reason  int          // set under terminal.mu before out is closed
 	// wctx bounds writes; it is cancelled to abort a write stuck on a
 	// client that was dropped for falling behind.
 	wctx    context.Context

@@ -60,7 +60,7 @@ func (f *fakeRootfs) Remove(ctx context.Context, id string) error {
 	f.removed = append(f.removed, id)
 	return nil
 }
-func (f *fakeRootfs) UpperDir(id string) string { return "/uppers/" + id }
+func (f *fakeRootfs) UpperDir(id string) string                     { return "/uppers/" + id }
 func (f *fakeRootfs) Mounted(ctx context.Context) ([]string, error) { return f.keys(f.mounted), nil }
 func (f *fakeRootfs) Known(ctx context.Context) ([]string, error)   { return f.keys(f.known), nil }
 func (f *fakeRootfs) keys(m map[string]bool) []string {

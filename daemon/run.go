@@ -167,6 +167,11 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	imgs.InUse = mgr.ImageInUse
 	t0 := time.Now()
+	// Read-only copies of writable layers exist only during a snapshot; a
+	// crash can leave one behind.
+	if err := rfs.PruneUpperSnapshots(ctx); err != nil {
+		logf("prune leftover layer snapshots: %v", err)
+	}
 	if err := mgr.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}

@@ -280,3 +280,5 @@ func cleanArtifacts(ctx context.Context) {
 		}
 	}
 }
+
+func equalCensus(a, b census) bool { return fmt.Sprint(a) == fmt.Sprint(b) }

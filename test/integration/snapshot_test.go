@@ -248,3 +248,82 @@ func TestBackupRoundTrip(t *testing.T) {
 func sha256Hex(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
 
 var _ = io.EOF
+
+// A tampered snapshot blob is refused before anything is unpacked, and a
+// daemon killed mid-snapshot leaves no visible half-snapshot, no orphaned
+// mounts or layer copies, and the next snapshot works (checklist #10, #29).
+func TestSnapshotFaults(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-snapfault"})
+	run(t, "it-snapfault", "echo data > /home/user/f")
+	sn, err := d.c.Snapshot(ctx, "it-snapfault", api.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobPath := filepath.Join(dataDir, "blobs", "blobs", "snapshots", sn.ID+".tar.zst.blob~")
+	data, err := os.ReadFile(blobPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := append([]byte(nil), data...)
+	data[len(data)-10] ^= 0x55
+	if err := os.WriteFile(blobPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "it-snapfault-r", Snapshot: sn.ID}); err == nil {
+		t.Fatal("sandbox started from a tampered snapshot")
+	}
+	_ = d.c.Destroy(ctx, "it-snapfault-r")
+	// Truncated blob: refused too.
+	if err := os.WriteFile(blobPath, orig[:len(orig)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "it-snapfault-r", Snapshot: sn.ID}); err == nil {
+		t.Fatal("sandbox started from a truncated snapshot")
+	}
+	_ = d.c.Destroy(ctx, "it-snapfault-r")
+	// Control: the intact blob restores.
+	if err := os.WriteFile(blobPath, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-snapfault-ok", Snapshot: sn.ID})
+	if r := run(t, "it-snapfault-ok", "cat /home/user/f"); r.Stdout != "data\n" {
+		t.Fatalf("intact snapshot: %q", r.Stdout)
+	}
+
+	// Crash right after the blob is uploaded, before it is recorded.
+	before := takeCensus(t)
+	d.kill9()
+	if d, err = startDaemon([]string{"BERTH_FAILPOINTS=snapshot.uploaded=exit"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Snapshot(ctx, "it-snapfault", api.SnapshotRequest{Name: "half"}); err == nil {
+		t.Fatal("failpoint did not fire")
+	}
+	_ = d.cmd.Wait()
+	if d, err = startDaemon(nil); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := d.c.ListSnapshots(ctx, "", "half"); len(l) != 0 {
+		t.Fatalf("half-made snapshot is visible: %+v", l)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dataDir, "blobs", "blobs", "snapshots"))
+	for _, e := range ents {
+		id := strings.TrimSuffix(e.Name(), ".tar.zst.blob~")
+		if _, err := d.c.GetSnapshot(ctx, id); err != nil {
+			t.Fatalf("blob %s has no snapshot record after restart", e.Name())
+		}
+	}
+	uppers, _ := os.ReadDir(filepath.Join(dataDir, "uppers"))
+	for _, e := range uppers {
+		if strings.HasPrefix(e.Name(), ".snap") {
+			t.Fatalf("leftover layer copy %s", e.Name())
+		}
+	}
+	if after := takeCensus(t); !equalCensus(before, after) {
+		t.Fatalf("host resources changed across the crash:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if _, err := d.c.Snapshot(ctx, "it-snapfault", api.SnapshotRequest{Name: "after"}); err != nil {
+		t.Fatalf("next snapshot: %v", err)
+	}
+}

@@ -1,0 +1,421 @@
+package snapshot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// maxWindow caps the zstd window a blob may ask the decoder to allocate.
+// zstd -19 uses 8 MiB and our encoder less; a forged header asking for
+// gigabytes is refused instead of allocated.
+const maxWindow = 64 << 20
+
+// Cache unpacks snapshot layers once per host and hands out their
+// directories as overlay lowers.
+//
+// Layout under dir (one Cache per dir; the daemon's data-dir lock makes
+// that so):
+//
+//	<sha[:12]>/          an unpacked layer (short: the lowerdir option is one page)
+//	<sha[:12]>.sha256    its full digest, written last: a layer counts only
+//	                     once this says so (a crash leaves a stale dir, redone)
+//	<sha>/, <sha>.sha256 the same, for the rare sha whose 12-digit slot is
+//	                     taken by another digest (48 bits can be ground by a
+//	                     hostile sandbox: a short-prefix match must never serve
+//	                     another snapshot's files)
+//	.ids/<id>            which snapshot ids use which digest (for Remove)
+//	.tmp-*               unpacks in progress; removed by NewCache
+type Cache struct {
+	dir    string
+	limits Limits
+
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// NewCache opens (creating) a layer cache in dir with default Limits.
+func NewCache(dir string) (*Cache, error) { return NewCacheWithLimits(dir, Limits{}) }
+
+// NewCacheWithLimits is NewCache with explicit restore limits.
+func NewCacheWithLimits(dir string, l Limits) (*Cache, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	// Layer paths become lowerdir entries: overlay would parse these as
+	// option or layer separators (an injected second upperdir=).
+	if strings.ContainsAny(abs, ",:\\\n") {
+		return nil, errdefs.InvalidArgument("snapshot cache dir %q contains a character overlay cannot take", abs)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	ents, err := os.ReadDir(abs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			os.RemoveAll(filepath.Join(abs, e.Name())) // RemoveAll never follows symlinks
+		}
+	}
+	return &Cache{dir: abs, limits: l.withDefaults(), locks: map[string]*keyLock{}}, nil
+}
+
+// Layer returns the unpacked read-only directory for snapshot id whose blob
+// has the given sha256, unpacking it on first use:
+//
+//  1. open()'s stream is copied to an unnamed temp file while hashed;
+//     a digest that differs (tampered or truncated blob) is refused with
+//     errdefs.InvalidArgument before a single byte is decompressed or
+//     anything appears in the cache dir (checklist #10).
+//  2. zstd is decoded with a capped window and a cap on total output,
+//     min(MaxUncompressedBytes, max(RatioFloor, MaxRatio*compressed)): a
+//     compression bomb fails with errdefs.ResourceExhausted.
+//  3. image.Unpack (the hostile-layer unpacker: no escapes, no devices,
+//     xattrs dropped) writes a temp dir that is renamed into place.
+//
+// Concurrent calls for one digest wait for a single unpack.
+func (c *Cache) Layer(ctx context.Context, id, sha256hex string, open func(ctx context.Context) (io.ReadCloser, error)) (string, error) {
+	if err := validID(id); err != nil {
+		return "", err
+	}
+	sum, err := validSHA(sha256hex)
+	if err != nil {
+		return "", err
+	}
+	unlock := c.lock(sum)
+	defer unlock()
+
+	if p, ok := c.lookup(sum); ok {
+		return p, c.ref(id, sum)
+	}
+	slot := c.freeSlot(sum)
+	if err := c.fill(ctx, id, sum, slot, open); err != nil {
+		return "", err
+	}
+	return filepath.Join(c.dir, slot), c.ref(id, sum)
+}
+
+func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx context.Context) (io.ReadCloser, error)) error {
+	spool, err := c.spool(ctx, id, sum, open)
+	if err != nil {
+		return err
+	}
+	defer spool.Close()
+	st, err := spool.Stat()
+	if err != nil {
+		return err
+	}
+	limit := c.limits.maxFor(st.Size())
+
+	dec, err := zstd.NewReader(spool, zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderConcurrency(2))
+	if err != nil {
+		return errdefs.InvalidArgument("snapshot %s is corrupt: %v", id, err)
+	}
+	defer dec.Close()
+	lr := &capReader{r: dec, max: limit, id: id, compressed: st.Size()}
+
+	tmp, err := os.MkdirTemp(c.dir, ".tmp-")
+	if err != nil {
+		return fmt.Errorf("snapshot cache: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp) // no partial layer is ever left behind
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	err = image.Unpack(ctx, lr, tmp, image.UnpackOptions{
+		MaxEntries:    c.limits.MaxEntries,
+		MaxFileSize:   limit,
+		MaxTotalBytes: limit,
+	})
+	if lr.err != nil {
+		return lr.err // Unpack reports a failed read as a malformed tar
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	// The layer must be on disk before it is named as done: a crash
+	// must never leave a complete-looking layer with lost blocks.
+	if err := syncfs(tmp); err != nil {
+		return err
+	}
+	dst := filepath.Join(c.dir, slot)
+	if err := os.RemoveAll(dst); err != nil { // a stale slot from a crash
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("snapshot cache: %w", err)
+	}
+	ok = true
+	return writeFileSync(filepath.Join(c.dir, slot+".sha256"), sum)
+}
+
+// spool copies the blob into an unnamed file in the cache dir (O_TMPFILE:
+// nothing appears in the directory, and the space is freed by close) and
+// returns it rewound, only if its sha256 is sum.
+func (c *Cache) spool(ctx context.Context, id, sum string, open func(ctx context.Context) (io.ReadCloser, error)) (*os.File, error) {
+	fd, err := unix.Open(c.dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot cache: temp file: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "snapshot-blob")
+	rc, err := open(ctx)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("snapshot %s: open blob: %w", id, err)
+	}
+	defer rc.Close()
+	// A compressed stream is never much larger than what it expands to.
+	maxBlob := c.limits.MaxUncompressedBytes + c.limits.MaxUncompressedBytes/64 + 1<<20
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, rc}, maxBlob+1))
+	if err == nil && n > maxBlob {
+		err = errdefs.ResourceExhausted("snapshot %s blob is over %d bytes", id, maxBlob)
+	}
+	if err == nil && hex.EncodeToString(h.Sum(nil)) != sum {
+		err = errdefs.InvalidArgument("snapshot %s is corrupt: sha256 mismatch (blob of %d bytes is truncated or was modified)", id, n)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		var typed *errdefs.Error
+		if !errors.As(err, &typed) {
+			err = fmt.Errorf("snapshot %s: read blob: %w", id, err)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// Remove drops snapshot id's reference to its layer and deletes the layer
+// once no other id uses it. The caller makes sure no mounted sandbox still
+// has it as a lower (deleting a live lower changes what sandboxes see).
+// An unknown id is not an error.
+func (c *Cache) Remove(id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	ref := filepath.Join(c.dir, ".ids", id)
+	b, err := os.ReadFile(ref)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sum, err := validSHA(strings.TrimSpace(string(b)))
+	if err != nil {
+		return os.Remove(ref) // garbage marker
+	}
+	unlock := c.lock(sum)
+	defer unlock()
+	if err := os.Remove(ref); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	ents, err := os.ReadDir(filepath.Join(c.dir, ".ids"))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join(c.dir, ".ids", e.Name())); err == nil && strings.TrimSpace(string(b)) == sum {
+			return nil // still used by another snapshot id with identical content
+		}
+	}
+	for _, slot := range []string{sum[:12], sum} {
+		if readSum(filepath.Join(c.dir, slot+".sha256")) != sum {
+			continue
+		}
+		// Invalidate first: a crash mid-delete must not leave a
+		// half-deleted dir that lookup would serve.
+		if err := os.Remove(filepath.Join(c.dir, slot+".sha256")); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(filepath.Join(c.dir, slot)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lookup returns the layer dir of sum if it is complete.
+func (c *Cache) lookup(sum string) (string, bool) {
+	for _, slot := range []string{sum[:12], sum} {
+		p := filepath.Join(c.dir, slot)
+		if readSum(p+".sha256") != sum {
+			continue
+		}
+		if st, err := os.Lstat(p); err == nil && st.IsDir() {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// freeSlot picks the short slot unless another digest holds it.
+func (c *Cache) freeSlot(sum string) string {
+	if s := readSum(filepath.Join(c.dir, sum[:12]+".sha256")); s != "" && s != sum {
+		return sum
+	}
+	return sum[:12]
+}
+
+func (c *Cache) ref(id, sum string) error {
+	d := filepath.Join(c.dir, ".ids")
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return err
+	}
+	if readSum(filepath.Join(d, id)) == sum {
+		return nil
+	}
+	return writeFileSync(filepath.Join(d, id), sum)
+}
+
+func (c *Cache) lock(key string) func() {
+	c.mu.Lock()
+	l := c.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		c.locks[key] = l
+	}
+	l.refs++
+	c.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		c.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.locks, key)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// capReader fails once more than max bytes are read: the compression-bomb
+// guard. It keeps its error so Layer can report it as what it is.
+type capReader struct {
+	r          io.Reader
+	n, max     int64
+	compressed int64
+	id         string
+	err        error
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.max {
+		c.err = errdefs.ResourceExhausted("snapshot %s expands past %d bytes from a %d-byte blob; refused as a compression bomb", c.id, c.max, c.compressed)
+		return 0, c.err
+	}
+	if err != nil && err != io.EOF {
+		c.err = errdefs.InvalidArgument("snapshot %s is corrupt: %v", c.id, err)
+		return n, c.err
+	}
+	return n, err
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func validID(id string) error {
+	if id == "" || len(id) > 128 || id == "." || id == ".." {
+		return errdefs.InvalidArgument("invalid snapshot id %q", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return errdefs.InvalidArgument("invalid snapshot id %q", id)
+		}
+	}
+	return nil
+}
+
+func validSHA(s string) (string, error) {
+	s = strings.ToLower(strings.TrimPrefix(s, "sha256:"))
+	if len(s) != 64 {
+		return "", errdefs.InvalidArgument("invalid sha256 %q", s)
+	}
+	if _, err := hex.DecodeString(s); err != nil {
+		return "", errdefs.InvalidArgument("invalid sha256 %q", s)
+	}
+	return s, nil
+}
+
+func readSum(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// writeFileSync replaces p with content atomically and durably.
+func writeFileSync(p, content string) error {
+	tmp := p + ".new"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+func syncfs(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
+}
