@@ -15,10 +15,12 @@ import (
 
 // Options configure a run.
 type Options struct {
-	N        int    // samples per figure (TTI uses N sandboxes, sequentially)
-	JSON     bool   // print one JSON object instead of a table
-	Image    string // default debian-trixie
-	Instance string // default standard-2 (one full vCPU)
+	N    int  // samples per figure (TTI uses N sandboxes, sequentially)
+	JSON bool // print one JSON object instead of a table
+	// Snapshots adds the snapshot scenario (200 MB / 10k files).
+	Snapshots bool
+	Image     string // default debian-trixie
+	Instance  string // default standard-2 (one full vCPU)
 	// DataDir and Runtime let the baseline build a raw runc bundle from the
 	// same image layers the server uses. Empty Runtime skips the baseline.
 	DataDir string
@@ -28,13 +30,14 @@ type Options struct {
 
 // Report is the JSON form of a run.
 type Report struct {
-	TTI       *Stat     `json:"tti_ms"`
-	Exec      *Stat     `json:"exec_ms"`
-	Wake      *Stat     `json:"wake_ms"`
-	Baselines Baselines `json:"baselines"`
-	Ratios    Ratios    `json:"ratios"`
-	Instance  string    `json:"instance"`
-	Image     string    `json:"image"`
+	TTI       *Stat           `json:"tti_ms"`
+	Exec      *Stat           `json:"exec_ms"`
+	Wake      *Stat           `json:"wake_ms"`
+	Baselines Baselines       `json:"baselines"`
+	Ratios    Ratios          `json:"ratios"`
+	Instance  string          `json:"instance"`
+	Image     string          `json:"image"`
+	Snapshot  *SnapshotReport `json:"snapshot,omitempty"`
 }
 
 // Baselines are the same operations done with plain tools in the same run.
@@ -137,6 +140,13 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 	}
 	rep.Wake = summarize(wake)
 
+	if o.Snapshots {
+		sr, err := snapshotScenario(ctx, c, o, run, logf)
+		if err != nil {
+			return fmt.Errorf("snapshot scenario: %w", err)
+		}
+		rep.Snapshot = sr
+	}
 	rep.Baselines = baselines(ctx, o, logf)
 	if rep.Baselines.RuncRun != nil && rep.TTI != nil {
 		rep.Ratios.TTIvsRuncRun = ratio(rep.TTI.P50, rep.Baselines.RuncRun.P50)
@@ -186,6 +196,20 @@ func printTable(out io.Writer, r Report) {
 	row("exec round trip (true)", r.Exec, "docker exec", r.Baselines.DockerExec, "p50 ≤ 5 ms")
 	row("wake → first exec", r.Wake, "", nil, "p50 ≤ 200 ms")
 	tw.Flush()
+	if s := r.Snapshot; s != nil {
+		fmt.Fprintf(out, "\nsnapshot scenario: %d files, %.0f MB workspace\n", s.WorkspaceFiles, float64(s.WorkspaceBytes)/1e6)
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "figure\tms\tbaseline\tratio\ttarget")
+		tar, rt := "-", "-"
+		if s.TarZstd != nil {
+			tar = fmt.Sprintf("%.0f ms (tar | zstd -1 on the host)", *s.TarZstd)
+			rt = fmt.Sprintf("%.2f×", s.Snapshot / *s.TarZstd)
+		}
+		fmt.Fprintf(tw, "snapshot (API call; frozen %.1f ms; %.1f MB stored)\t%.0f\t%s\t%s\t≤ 2000\n", s.Freeze, float64(s.SnapshotBytes)/1e6, s.Snapshot, tar, rt)
+		fmt.Fprintf(tw, "restore into a new sandbox → first exec\t%.0f\t%.0f ms (re-create from scratch)\t%.3f×\t≤ 1000\n", s.Restore, s.CreateFromZero, s.Restore/s.CreateFromZero)
+		fmt.Fprintf(tw, "fork 10 (total)\t%.0f\t\t\t≤ 2000\n", s.Fork10)
+		tw.Flush()
+	}
 	if r.Baselines.Note != "" {
 		fmt.Fprintf(out, "\n%s\n", r.Baselines.Note)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -123,4 +124,15 @@ func (m *Manager) Exists(ctx context.Context, name, path string) (bool, error) {
 	}
 	defer release()
 	return ag.Exists(ctx, path)
+}
+
+// Agent implements server.AgentAccess: the sandbox's agent client, with the
+// sandbox held awake until release is called.
+func (m *Manager) Agent(ctx context.Context, name string) (*agentclient.Client, func(), error) {
+	ag, release, err := m.use(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	return ag, func() { once.Do(release) }, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 )
 
@@ -15,6 +16,7 @@ type Backend interface {
 	Files
 	Images
 	Snapshots
+	AgentAccess
 }
 
 // ListFilter selects sandboxes by state and by labels (all must match).
@@ -72,4 +74,12 @@ type Snapshots interface {
 	ListBackups(ctx context.Context, sandbox string) ([]api.Backup, error)
 	DeleteBackup(ctx context.Context, id string) error
 	RestoreBackup(ctx context.Context, id string, req api.RestoreBackupRequest) (api.RestoreBackupResult, error)
+}
+
+// AgentAccess hands out a sandbox's agent client for the dev-loop features
+// (processes, sessions, terminals, watch, git), waking the sandbox if it
+// sleeps. The sandbox stays awake until release is called, so streams
+// (logs, terminals, watches) must release only when they end.
+type AgentAccess interface {
+	Agent(ctx context.Context, name string) (ag *agentclient.Client, release func(), err error)
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -178,4 +179,8 @@ func (f *fakeBackend) RemoveImage(ctx context.Context, ref string) error {
 		return errdefs.NotFound("image %q not found", ref)
 	}
 	return nil
+}
+
+func (f *fakeBackend) Agent(ctx context.Context, name string) (*agentclient.Client, func(), error) {
+	return nil, nil, errdefs.Unavailable("no agents in the fake backend")
 }

@@ -31,7 +31,8 @@ a running 'berth serve' and an image (default debian-trixie).
 
 Examples:
   berth bench
-  berth bench --n 100 --json > bench.json`,
+  berth bench --n 100 --json > bench.json
+  berth bench --n 20 --snapshots`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -49,6 +50,7 @@ Examples:
 	f := cmd.Flags()
 	f.IntVar(&o.N, "n", 50, "samples per figure")
 	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
+	f.BoolVar(&o.Snapshots, "snapshots", false, "add the snapshot scenario: snapshot, restore and fork-10 of a 200 MB / 10k-file workspace, beside tar | zstd")
 	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
 	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")
 	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (default: runc beside berth, then $PATH)")
