@@ -30,15 +30,17 @@ type watchOptions struct {
 	rootIsDir bool
 	recursive bool
 	filter    watchFilter
+	budget    *watchBudget
 }
 
 type watcher struct {
 	watchOptions
-	fd     int      // raw inotify fd for add/rm (owned by f)
-	f      *os.File // non-blocking, under the runtime poller: Close interrupts Read
-	rootWd int32
-	dirs   map[int32]string // wd → watched path
-	wds    map[string]int32 // watched path → wd
+	fd      int      // raw inotify fd for add/rm (owned by f)
+	f       *os.File // non-blocking, under the runtime poller: Close interrupts Read
+	rootWd  int32
+	dirs    map[int32]string // wd → watched path
+	wds     map[string]int32 // watched path → wd
+	charged int              // directories taken from the budget (== len(dirs) between calls)
 }
 
 func newWatcher(o watchOptions) (*watcher, error) {
@@ -66,7 +68,17 @@ func newWatcher(o watchOptions) (*watcher, error) {
 	return w, nil
 }
 
-func (w *watcher) close() { w.f.Close() }
+func (w *watcher) close() {
+	w.f.Close()
+	w.budget.release(w.charged)
+	w.charged = 0
+}
+
+// settle brings the budget in line with what is watched now.
+func (w *watcher) settle() {
+	w.budget.release(w.charged - len(w.dirs))
+	w.charged = len(w.dirs)
+}
 
 // add watches one path. Below the root it refuses symlinks and non-dirs:
 // following a link would watch (and report) something outside the tree.
@@ -74,6 +86,13 @@ func (w *watcher) add(p string, below bool) error {
 	mask := uint32(watchMask)
 	if below {
 		mask |= unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
+	}
+	if _, ok := w.wds[p]; !ok {
+		if !w.budget.reserve() {
+			return errdefs.ResourceExhausted("cannot watch %s: the agent's budget of %d watched directories is used up", p, w.budget.maxDirs)
+		}
+		w.charged++
+		defer w.settle()
 	}
 	wd, err := unix.InotifyAddWatch(w.fd, p, mask)
 	if err != nil {
@@ -136,6 +155,7 @@ func (w *watcher) unwatchTree(dir string) {
 			delete(w.dirs, wd)
 		}
 	}
+	w.settle()
 }
 
 func (w *watcher) rel(p string) string {
@@ -182,6 +202,7 @@ func (w *watcher) one(wd int32, mask, cookie uint32, name string, emit func(api.
 			if w.wds[dir] == wd {
 				delete(w.wds, dir)
 			}
+			w.settle()
 		}
 		if wd == w.rootWd {
 			return "the watched path was removed"

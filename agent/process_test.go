@@ -109,6 +109,11 @@ func TestProcessLifecycle(t *testing.T) {
 	if _, err := c.WaitForExit(ctx, ptStart(t, c, api.StartProcessRequest{Command: "sleep 100"}).ID, 50*time.Millisecond); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Fatalf("wait-exit timeout: %v", err)
 	}
+	// The process's own timeout kills it and says why.
+	tp := ptStart(t, c, api.StartProcessRequest{Command: "sleep 100", TimeoutMs: 50})
+	if in, err := c.WaitForExit(ctx, tp.ID, 30*time.Second); err != nil || in.Status != api.ProcessKilled || !strings.Contains(in.Error, "timeout") {
+		t.Fatalf("process timeout: %+v %v", in, err)
+	}
 }
 
 func TestProcessKillTreeEscalates(t *testing.T) {

@@ -101,10 +101,19 @@ func (sess *session) snapshot(ctx context.Context) (string, map[string]string, e
 	if run.err != nil {
 		return "", nil, run.err
 	}
-	if run.result.ExitCode != 0 || run.result.ShellExited {
-		return "", nil, errdefs.FailedPrecondition("session %s: could not read its working directory and environment (exit code %d)", sess.id, run.result.ExitCode)
-	}
 	cwd, rest, _ := strings.Cut(out.String(), "\n")
+	if run.result.ExitCode != 0 || run.result.ShellExited {
+		// No env(1) with -0 (a minimal image): fall back to the
+		// session's initial environment and the shell's directory.
+		info := sess.info()
+		env := make(map[string]string)
+		for _, kv := range sess.env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+		return info.Cwd, env, nil
+	}
 	env := make(map[string]string)
 	for _, kv := range strings.Split(rest, "\x00") {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {

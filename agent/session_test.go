@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -117,7 +118,7 @@ func TestSessionCommandsRunInOrder(t *testing.T) {
 	ch := make(chan res, 1)
 	go func() {
 		st, err := c.SessionExec(ptCtx(t), s.ID, api.ExecRequest{
-			Command: "while [ ! -e " + gate + " ]; do sleep 0.01; done", TimeoutMs: 500,
+			Command: "sh -c 'while [ ! -e " + gate + " ]; do sleep 0.01; done'", TimeoutMs: 500,
 		}, nil, nil)
 		ch <- res{st, err}
 	}()
@@ -138,6 +139,15 @@ func TestSessionCommandsRunInOrder(t *testing.T) {
 	stExec(t, c, s.ID, api.ExecRequest{Command: "export KEEP=1"})
 	if out, _, st := stExec(t, c, s.ID, api.ExecRequest{Command: "echo $KEEP"}); out != "1\n" || st.Restarted {
 		t.Fatalf("after timeout: %q %+v", out, st)
+	}
+	// A builtin loop has no child to kill: the shell itself goes, and the
+	// next command says so.
+	_, _, st := stExec(t, c, s.ID, api.ExecRequest{Command: "while :; do sleep 0.01; done", TimeoutMs: 100})
+	if !st.TimedOut || !st.ShellExited {
+		t.Fatalf("builtin loop timeout: %+v", st)
+	}
+	if out, _, st := stExec(t, c, s.ID, api.ExecRequest{Command: "echo $KEEP"}); out != "\n" || !st.Restarted {
+		t.Fatalf("after shell kill: %q %+v", out, st)
 	}
 }
 
@@ -222,5 +232,45 @@ func TestSessionDeleteKillsItsProcesses(t *testing.T) {
 	}
 	if err := c.DeleteSession(ptCtx(t), s.ID, 0); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestSessionAsOtherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	a, c := newClient(t)
+	s := stSession(t, c, api.CreateSessionRequest{User: "tester"})
+	if s.User != "tester" || s.Cwd != a.TesterHome {
+		t.Fatalf("session %+v", s)
+	}
+	out, errOut, st := stExec(t, c, s.ID, api.ExecRequest{Command: "id -u; echo $HOME; echo e >&2; cat", Stdin: []byte("in")})
+	if out != "1000\n"+a.TesterHome+"\nin" || errOut != "e\n" || st.ExitCode != 0 {
+		t.Fatalf("out %q err %q %+v", out, errOut, st)
+	}
+	if _, err := c.SessionExec(ptCtx(t), s.ID, api.ExecRequest{Command: "true", User: "root"}, nil, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("per-command user: %v", err)
+	}
+}
+
+func TestSessionCallerGoneStopsCommand(t *testing.T) {
+	_, c := newClient(t)
+	s := stSession(t, c, api.CreateSessionRequest{})
+	ctx, cancel := context.WithCancel(ptCtx(t))
+	var out ptSyncBuffer
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.SessionExec(ctx, s.ID, api.ExecRequest{Command: "sleep 1000 & echo $!; wait"}, &out, nil)
+		errc <- err
+	}()
+	ptEventually(t, 10*time.Second, "the command's output", func() bool { return strings.HasSuffix(out.String(), "\n") })
+	pid, _ := strconv.Atoi(strings.TrimSpace(out.String()))
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("cancelled exec returned no error")
+	}
+	ptEventually(t, 10*time.Second, "the command's process to be killed", func() bool { return !ptAlive(pid) })
+	if out, _, st := stExec(t, c, s.ID, api.ExecRequest{Command: "echo next"}); out != "next\n" || st.Restarted {
+		t.Fatalf("after cancel: %q %+v", out, st)
 	}
 }

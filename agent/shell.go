@@ -237,23 +237,22 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		release()
 		return nil, err
 	}
+	// The directory stays root-only until the agent holds its FIFO ends,
+	// and they are opened O_NOFOLLOW and checked to be FIFOs: a session
+	// user who could swap a FIFO for a symlink to a root-only file before
+	// the agent (root) opens it would get that file streamed back as the
+	// command's output.
 	chown := func(p string) error {
 		if os.Geteuid() == 0 && sess.acct.uid != 0 {
-			return os.Chown(p, int(sess.acct.uid), int(sess.acct.gid))
+			return os.Lchown(p, int(sess.acct.uid), int(sess.acct.gid))
 		}
 		return nil
-	}
-	if err := chown(dir); err != nil {
-		return fail(errdefs.Internal("session %s: %v", sess.id, err))
 	}
 	stdin := os.DevNull
 	if len(c.stdin) > 0 {
 		stdin = filepath.Join(dir, "stdin")
 		if err := os.WriteFile(stdin, c.stdin, 0o600); err != nil {
 			return fail(errdefs.Internal("session %s: write stdin: %v", sess.id, err))
-		}
-		if err := chown(stdin); err != nil {
-			return fail(errdefs.Internal("session %s: %v", sess.id, err))
 		}
 	}
 	// Readers are opened non-blocking (no writer yet), and the agent holds
@@ -273,16 +272,28 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 			closeAll()
 			return fail(errdefs.Internal("session %s: mkfifo: %v", sess.id, err))
 		}
-		if err := chown(p); err != nil {
-			closeAll()
-			return fail(errdefs.Internal("session %s: %v", sess.id, err))
+		const flags = syscall.O_NONBLOCK | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+		if readers[i], err = os.OpenFile(p, os.O_RDONLY|flags, 0); err == nil {
+			writers[i], err = os.OpenFile(p, os.O_WRONLY|flags, 0)
 		}
-		if readers[i], err = os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
-			writers[i], err = os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = readers[i].Stat(); err == nil && fi.Mode().Type() != os.ModeNamedPipe {
+				err = fmt.Errorf("%s is not a FIFO", p)
+			}
 		}
 		if err != nil {
 			closeAll()
 			return fail(errdefs.Internal("session %s: open fifo: %v", sess.id, err))
+		}
+	}
+	for _, p := range []string{filepath.Join(dir, "out"), filepath.Join(dir, "err"), stdin, dir} {
+		if p == os.DevNull {
+			continue
+		}
+		if err := chown(p); err != nil {
+			closeAll()
+			return fail(errdefs.Internal("session %s: %v", sess.id, err))
 		}
 	}
 	var body string

@@ -15,6 +15,6 @@ func (s *Server) addStreamRoutes() {
 	s.mux.HandleFunc("GET /v1/terminals", terms.handleList)
 	s.mux.HandleFunc("DELETE /v1/terminals/{id}", terms.handleDelete)
 	s.mux.HandleFunc("GET /v1/terminals/{id}/ws", terms.handleAttach)
-	w := &watchService{s: s, shutdown: shutdown}
+	w := &watchService{s: s, shutdown: shutdown, budget: newWatchBudget()}
 	s.mux.HandleFunc("GET /v1/watch", w.handleWatch)
 }

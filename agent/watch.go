@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/api"
@@ -42,9 +43,65 @@ const (
 // default inotify watch limit.
 var DefaultWatchExcludes = []string{".git", "node_modules"}
 
+// Budgets. inotify limits are per user (per user namespace): a sandbox
+// whose root is host root shares fs.inotify.max_user_instances (often 128)
+// and max_user_watches with the host and with every other such sandbox, so
+// one agent must not be able to take them all.
+var (
+	maxWatchStreams = 16    // concurrent watch streams per agent
+	maxWatchedDirs  = 16384 // watched directories per agent, all streams
+)
+
 type watchService struct {
 	s        *Server
 	shutdown <-chan struct{}
+	budget   *watchBudget
+}
+
+// watchBudget counts watched directories and streams across the agent.
+type watchBudget struct {
+	mu         sync.Mutex
+	dirs       int
+	streams    int
+	maxDirs    int
+	maxStreams int
+}
+
+func newWatchBudget() *watchBudget {
+	return &watchBudget{maxDirs: maxWatchedDirs, maxStreams: maxWatchStreams}
+}
+
+func (b *watchBudget) openStream() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.streams >= b.maxStreams {
+		return errdefs.ResourceExhausted("too many open watches (limit %d); close some", b.maxStreams)
+	}
+	b.streams++
+	return nil
+}
+
+func (b *watchBudget) closeStream() {
+	b.mu.Lock()
+	b.streams--
+	b.mu.Unlock()
+}
+
+// reserve takes one directory from the budget.
+func (b *watchBudget) reserve() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dirs >= b.maxDirs {
+		return false
+	}
+	b.dirs++
+	return true
+}
+
+func (b *watchBudget) release(n int) {
+	b.mu.Lock()
+	b.dirs -= n
+	b.mu.Unlock()
 }
 
 func nonEmpty(vs []string) []string {
@@ -126,6 +183,12 @@ func (ws *watchService) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := ws.budget.openStream(); err != nil {
+		writeError(w, err)
+		return
+	}
+	defer ws.budget.closeStream()
+	opts.budget = ws.budget
 	wt, err := newWatcher(opts)
 	if err != nil {
 		writeError(w, err)

@@ -284,7 +284,18 @@ func TestWatchEstablishedBeforeReturn(t *testing.T) {
 	for i := 0; i < 25; i++ {
 		dir := filepath.Join(a.Dir, fmt.Sprintf("est%d", i))
 		os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755)
-		col := &collector{w: watchT(t, c, dir, agentclient.WatchOptions{Recursive: true})}
+		// Earlier streams are released by the agent asynchronously after
+		// Close; wait for a free slot under the stream limit.
+		var w *agentclient.Watch
+		var err error
+		poll(t, "a watch slot", func() bool {
+			w, err = c.Watch(context.Background(), dir, agentclient.WatchOptions{Recursive: true})
+			if err != nil && !errors.Is(err, errdefs.ErrResourceExhausted) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
+		col := &collector{w: w}
 		f := filepath.Join(dir, "a", "b", "now")
 		os.WriteFile(f, nil, 0o644) // right after Watch returned
 		col.want(t, api.FileCreate, f, false)
@@ -390,4 +401,52 @@ func TestWatchHeartbeatsKeepIdleStreamAlive(t *testing.T) {
 	if err := fw.Err(); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("silent agent: %v", err)
 	}
+}
+
+// TestWatchBudget: one agent cannot take more than its share of inotify
+// (host root's limits are shared by every sandbox without a user namespace).
+func TestWatchBudget(t *testing.T) {
+	defer agent.SetWatchLimits(5, 2)()
+	a, c := newClient(t)
+	small := filepath.Join(a.Dir, "small")
+	os.MkdirAll(filepath.Join(small, "a", "b"), 0o755) // 3 directories
+	big := filepath.Join(a.Dir, "big")
+	for i := 0; i < 6; i++ {
+		os.MkdirAll(filepath.Join(big, fmt.Sprint(i)), 0o755)
+	}
+	ctx := context.Background()
+	if _, err := c.Watch(ctx, big, agentclient.WatchOptions{Recursive: true}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("watching 7 directories with a budget of 5: %v", err)
+	}
+	w1, err := c.Watch(ctx, small, agentclient.WatchOptions{Recursive: true})
+	if err != nil {
+		t.Fatalf("3 directories within a budget of 5 (the failed attempt must have returned its share): %v", err)
+	}
+	if _, err := c.Watch(ctx, small, agentclient.WatchOptions{Recursive: true}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("3 more directories: %v", err)
+	}
+	// Non-recursive: one directory, fits; then the stream limit (2) hits.
+	w2, err := c.Watch(ctx, small, agentclient.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Watch(ctx, a.Dir, agentclient.WatchOptions{}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("third stream: %v", err)
+	}
+	w1.Close()
+	w2.Close()
+	// Closing gives everything back (the agent notices the close shortly).
+	var w3 *agentclient.Watch
+	poll(t, "the budget to be returned", func() bool {
+		w3, err = c.Watch(ctx, small, agentclient.WatchOptions{Recursive: true})
+		return err == nil
+	})
+	defer w3.Close()
+	// A directory made inside a watched tree past the budget is reported
+	// as an error event, not silently unwatched.
+	col := &collector{w: w3} // 3 of 5 directories
+	os.MkdirAll(filepath.Join(small, "n1", "n2", "n3"), 0o755)
+	col.waitFor(t, "a budget error", func(e api.WatchEvent) bool {
+		return e.Type == api.WatchErrorType && e.Error != nil && e.Error.Code == "resource_exhausted"
+	})
 }

@@ -123,7 +123,7 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		fromAgent bool
+		agentSide bool // the failing connection is the agent's
 		err       error
 	}
 	done := make(chan result, 2)
@@ -145,13 +145,13 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 	first := <-done
 
 	src, dst := userConn, agentConn
-	if first.fromAgent {
+	if first.agentSide {
 		src, dst = agentConn, userConn
 	}
 	var out error
 	status := websocket.CloseStatus(first.err)
 	switch {
-	case first.fromAgent && errors.Is(first.err, websocket.ErrMessageTooBig):
+	case first.agentSide && errors.Is(first.err, websocket.ErrMessageTooBig):
 		dst.Close(websocket.StatusInternalError, "sandbox agent sent an oversized message")
 		out = errdefs.Unavailable("sandbox agent sent a terminal message over %d bytes", MaxTerminalMessage)
 	case status != -1:
@@ -174,7 +174,7 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 	default:
 		dst.Close(websocket.StatusInternalError, "the other side went away")
 		who := "user"
-		if first.fromAgent {
+		if first.agentSide {
 			who = "sandbox agent"
 		}
 		out = errdefs.Unavailable("terminal relay: %s connection failed: %v", who, first.err)
