@@ -138,6 +138,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	a.agent = ag
 	now := time.Now().UTC()
 	rec.State, rec.StartedAt, rec.ImageDigest, rec.OOMKilled = api.StateRunning, now, img.Digest, false
+	rec.RunID = newArtifactID("run_")
 	rec.IP = att.IP.String()
 	m.touch(a)
 	if err := m.save(ctx, a); err != nil {

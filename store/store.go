@@ -42,6 +42,22 @@ type Sandbox struct {
 	// host without the local layer can wake the sandbox from it.
 	Persist         string
 	PersistSnapshot string
+
+	// RunID names the current run of the compute (a new one each start);
+	// preview URLs are bound to the run they were made in.
+	RunID string
+	// Ports are the exposed ports (preview URLs), by port number.
+	Ports map[int]Exposure
+}
+
+// Exposure is one exposed port of a sandbox.
+type Exposure struct {
+	Port      int
+	Name      string
+	Token     string
+	Private   bool
+	RunID     string
+	CreatedAt time.Time
 }
 
 // Layer names one snapshot layer by id and blob digest.
