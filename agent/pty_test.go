@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -443,7 +444,14 @@ func TestTerminalSlowClientDoesNotBlockOthers(t *testing.T) {
 	defer slow.CloseNow() // never read: its socket buffer and queue fill up
 	fast := attachT(t, c, "slow", agentclient.AttachOptions{})
 	poll(t, "two clients", func() bool { return listT(t, c)["slow"].Clients == 2 })
-	fast.send(t, "head -c 8388608 /dev/zero | tr '\\000' b; echo; echo flood-'over'\n")
+	// The fast client paces the shell (a chunk, then wait for a newline), so
+	// it never falls behind however slow the machine; the slow client
+	// falls 5 MiB behind, well past its 2 MiB backlog plus socket buffers.
+	fast.send(t, "i=0; while [ $i -lt 40 ]; do head -c 131072 /dev/zero | tr '\\000' b; echo \" chunk-$i-end\"; read x; i=$((i+1)); done; echo flood-'over'\n")
+	for i := 0; i < 40; i++ {
+		fast.waitOut(t, fmt.Sprintf(" chunk-%d-end", i))
+		fast.send(t, "\n")
+	}
 	fast.waitOut(t, "flood-over\r\n")
 	poll(t, "the slow client to be dropped", func() bool { return listT(t, c)["slow"].Clients == 1 })
 }

@@ -105,7 +105,8 @@ func NewServer(cfg Config) (*Server, error) {
 		IdleTimeout:       10 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
-	s.addStreamRoutes() // terminals and file watches; needs s.http
+	s.addStreamRoutes()  // terminals and file watches; needs s.http
+	s.addForwardRoutes() // port tunnel for preview URLs (forward.go); needs s.http
 	return s, nil
 }
 

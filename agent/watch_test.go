@@ -362,12 +362,12 @@ func TestWatchHeartbeatsKeepIdleStreamAlive(t *testing.T) {
 	a := agenttest.StartWith(t, func(cfg *agent.Config) { cfg.HeartbeatInterval = 20 * time.Millisecond })
 	c := agentclient.New(a.Socket)
 	defer c.Close()
-	c.StallTimeout = 300 * time.Millisecond
+	c.StallTimeout = time.Second // 50 heartbeats
 	w := watchT(t, c, a.Dir, agentclient.WatchOptions{})
 	select {
 	case e, ok := <-w.Events():
 		t.Fatalf("idle watch produced %+v (open %v, err %v)", e, ok, w.Err())
-	case <-time.After(time.Second):
+	case <-time.After(1500 * time.Millisecond):
 	}
 
 	sock := filepath.Join(a.Dir, "fake.sock")
@@ -390,7 +390,7 @@ func TestWatchHeartbeatsKeepIdleStreamAlive(t *testing.T) {
 	defer close(release)
 	fc := agentclient.New(sock)
 	defer fc.Close()
-	fc.StallTimeout = 300 * time.Millisecond
+	fc.StallTimeout = time.Second // 50 heartbeats
 	fw, err := fc.Watch(context.Background(), "/", agentclient.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
