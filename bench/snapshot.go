@@ -38,7 +38,7 @@ total = 0
 for i in range(%d):
     d = os.path.join(base, "pkg%%d" %% (i // 50), "lib")
     os.makedirs(d, exist_ok=True)
-    body = " ".join(random.choice(words) + str(random.randrange(100000)) for _ in range(2600))
+    body = " ".join(random.choice(words) + str(random.randrange(100000)) for _ in range(1700))
     with open(os.path.join(d, "m%%d.js" %% i), "w") as f:
         f.write(body)
     total += len(body)

@@ -74,12 +74,45 @@ func NewCacheWithLimits(dir string, l Limits) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	c := &Cache{dir: abs, limits: l.withDefaults(), locks: map[string]*keyLock{}}
+	boot := bootID()
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
-			os.RemoveAll(filepath.Join(abs, e.Name())) // RemoveAll never follows symlinks
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, ".tmp-"):
+			os.RemoveAll(filepath.Join(abs, name)) // RemoveAll never follows symlinks
+		case strings.HasSuffix(name, pendingSuffix):
+			slot := strings.TrimSuffix(name, pendingSuffix)
+			if readSum(filepath.Join(abs, name)) == boot && boot != "" {
+				c.settle(slot) // same boot: the data is in the page cache
+				continue
+			}
+			// Written before a reboot and never flushed: its blocks may
+			// be gone. Drop it; the next restore fetches it again.
+			os.Remove(filepath.Join(abs, slot+".sha256"))
+			os.RemoveAll(filepath.Join(abs, slot))
+			os.Remove(filepath.Join(abs, name))
 		}
 	}
-	return &Cache{dir: abs, limits: l.withDefaults(), locks: map[string]*keyLock{}}, nil
+	return c, nil
+}
+
+const pendingSuffix = ".pending"
+
+// settle flushes a layer to disk and clears its pending mark.
+func (c *Cache) settle(slot string) {
+	if err := syncfs(filepath.Join(c.dir, slot)); err == nil {
+		os.Remove(filepath.Join(c.dir, slot+pendingSuffix))
+	}
+}
+
+// bootID identifies this boot of the kernel.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // Layer returns the unpacked read-only directory for snapshot id whose blob
@@ -107,6 +140,11 @@ func (c *Cache) Layer(ctx context.Context, id, sha256hex string, open func(ctx c
 	unlock := c.lock(sum)
 	defer unlock()
 
+	// A snapshot's digest never changes; a second digest for one id is a
+	// controller bug or a forged record, and would orphan the first layer.
+	if prev := readSum(filepath.Join(c.dir, ".ids", id)); prev != "" && prev != sum {
+		return "", errdefs.FailedPrecondition("snapshot %s is cached with digest %s, not %s", id, prev, sum)
+	}
 	if p, ok := c.lookup(sum); ok {
 		return p, c.ref(id, sum)
 	}
@@ -157,12 +195,21 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 	if lr.err != nil {
 		return lr.err // Unpack reports a failed read as a malformed tar
 	}
+	if errors.Is(err, errdefs.ErrResourceExhausted) {
+		// Unpack refuses by the tar headers' sizes before reading data.
+		return errdefs.ResourceExhausted("snapshot %s is refused as a compression bomb (%d-byte blob): %v", id, st.Size(), err)
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	// The layer must be on disk before it is named as done: a crash
-	// must never leave a complete-looking layer with lost blocks.
-	if err := syncfs(tmp); err != nil {
+	// A crash must never leave a complete-looking layer with lost blocks,
+	// but a syncfs of hundreds of megabytes would double the restore time.
+	// So the layer is first marked pending with this boot's id (durably),
+	// used at once, and flushed in the background. After a daemon crash
+	// in the same boot the page cache still holds the data and NewCache
+	// only finishes the flush; after a reboot a pending layer may have lost
+	// blocks, and NewCache drops it so it is fetched again.
+	if err := writeFileSync(filepath.Join(c.dir, slot+pendingSuffix), bootID()); err != nil {
 		return err
 	}
 	dst := filepath.Join(c.dir, slot)
@@ -173,7 +220,11 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 		return fmt.Errorf("snapshot cache: %w", err)
 	}
 	ok = true
-	return writeFileSync(filepath.Join(c.dir, slot+".sha256"), sum)
+	if err := writeFileSync(filepath.Join(c.dir, slot+".sha256"), sum); err != nil {
+		return err
+	}
+	go c.settle(slot)
+	return nil
 }
 
 // spool copies the blob into an unnamed file in the cache dir (O_TMPFILE:
@@ -261,6 +312,7 @@ func (c *Cache) Remove(id string) error {
 		if err := os.RemoveAll(filepath.Join(c.dir, slot)); err != nil {
 			return err
 		}
+		os.Remove(filepath.Join(c.dir, slot+pendingSuffix))
 	}
 	return nil
 }

@@ -117,7 +117,8 @@ type CaptureStats struct {
 // upperDir must not change while Capture runs: pass a frozen copy
 // (rootfs.Manager.SnapshotUpper) or the upper of a stopped sandbox. A file
 // that changes type or shrinks mid-walk fails the capture rather than
-// producing a torn layer.
+// producing a torn layer. On any error, what was written to w is not a
+// usable layer and must be discarded.
 func Capture(ctx context.Context, upperDir string, w io.Writer, opts CaptureOptions) (CaptureStats, error) {
 	return write(ctx, []string{upperDir}, w, opts)
 }

@@ -159,7 +159,10 @@ func TestCaptureNeverFollowsSymlinks(t *testing.T) {
 		for _, e := range ents {
 			p := filepath.Join(dir, e.Name())
 			fi, err := os.Stat(p)
-			if err != nil || depth > 3 {
+			if err != nil || depth > 3 || e.Name() == "root" { // do not walk the whole host
+				continue
+			}
+			if !fi.IsDir() && !fi.Mode().IsRegular() {
 				continue
 			}
 			if fi.IsDir() {
