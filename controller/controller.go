@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/blob"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/preview"
 	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/store"
 )
@@ -44,6 +45,12 @@ type Config struct {
 	// StartTimeout bounds one container start (agent ready); default 30s.
 	StartTimeout time.Duration
 	Logf         func(format string, args ...any)
+	// Previews ends open preview connections (preview.Proxy); PreviewURLs
+	// renders an exposure's URLs. Both optional.
+	Previews interface {
+		Revoke(sandbox string, port int)
+	}
+	PreviewURLs func(preview.Exposure) (url, pathURL string)
 }
 
 // Manager is the set of sandbox controllers on this daemon.

@@ -202,6 +202,9 @@ func sandboxEnv(image []string, env map[string]string, name string) []string {
 // its writable layer. It is idempotent. Callers hold a.mu.
 func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 	id := a.rec.ID
+	if m.cfg.Previews != nil {
+		m.cfg.Previews.Revoke(a.name, 0) // end preview tunnels with the run
+	}
 	if a.agent != nil {
 		a.agent.Close()
 		a.agent = nil

@@ -16,12 +16,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/network"
+	"github.com/berth-sh/berth/preview"
 	"github.com/berth-sh/berth/rootfs"
 	"github.com/berth-sh/berth/runtime"
 	"github.com/berth-sh/berth/server"
@@ -155,7 +157,28 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logf("blob store: %s", blobDesc)
 
-	mgr := controller.New(controller.Config{
+	if cfg.PreviewListen == "" {
+		cfg.PreviewListen = "127.0.0.1:7080"
+	}
+	pln, err := net.Listen("tcp", cfg.PreviewListen)
+	if err != nil {
+		return fmt.Errorf("preview listener: %w", err)
+	}
+	defer pln.Close()
+	pcfg := preview.Config{PublicHost: cfg.PreviewHost, APIKey: key, Logf: logf}
+	if pcfg.PublicHost == "" {
+		pcfg.PublicHost = "localhost:" + strconv.Itoa(pln.Addr().(*net.TCPAddr).Port)
+	}
+	previewBase := "http://" + pln.Addr().String() // path form: no wildcard DNS needed
+	var mgr *controller.Manager
+	prox := preview.NewProxy(preview.ResolverFunc(func(ctx context.Context, s string, p int, t string) (preview.Exposure, preview.DialFunc, error) {
+		return mgr.Lookup(ctx, s, p, t)
+	}), pcfg)
+	mgr = controller.New(controller.Config{
+		Previews: prox,
+		PreviewURLs: func(e preview.Exposure) (string, string) {
+			return preview.URL(pcfg, e), preview.PathURL(previewBase, e)
+		},
 		Blobs: blobs, Snapshots: layers{cache},
 		Store: st, Images: images{imgs}, Rootfs: rfs, Network: netAdapter{nm},
 		Runtime:     rtAdapter{r: rt, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
@@ -198,13 +221,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n",
 		Version, url, key, filepath.Join(cfg.DataDir, "client.json"))
-	errc := make(chan error, 1)
+	psrv := preview.NewServer("", prox)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- psrv.Serve(pln) }()
 	select {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
+		_ = psrv.Shutdown(sctx)
 		return nil
 	case err := <-errc:
 		return err

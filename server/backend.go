@@ -17,6 +17,14 @@ type Backend interface {
 	Images
 	Snapshots
 	AgentAccess
+	Ports
+}
+
+// Ports is the preview URL half of the backend.
+type Ports interface {
+	ExposePort(ctx context.Context, name string, req api.ExposePortRequest) (api.ExposedPort, error)
+	UnexposePort(ctx context.Context, name string, port int) error
+	ListPorts(ctx context.Context, name string) ([]api.ExposedPort, error)
 }
 
 // ListFilter selects sandboxes by state and by labels (all must match).

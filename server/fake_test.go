@@ -184,3 +184,15 @@ func (f *fakeBackend) RemoveImage(ctx context.Context, ref string) error {
 func (f *fakeBackend) Agent(ctx context.Context, name string) (*agentclient.Client, func(), error) {
 	return nil, nil, errdefs.Unavailable("no agents in the fake backend")
 }
+
+func (f *fakeBackend) ExposePort(ctx context.Context, name string, req api.ExposePortRequest) (api.ExposedPort, error) {
+	return api.ExposedPort{}, errdefs.Unavailable("no previews in the fake backend")
+}
+
+func (f *fakeBackend) UnexposePort(ctx context.Context, name string, port int) error {
+	return errdefs.Unavailable("no previews in the fake backend")
+}
+
+func (f *fakeBackend) ListPorts(ctx context.Context, name string) ([]api.ExposedPort, error) {
+	return nil, errdefs.Unavailable("no previews in the fake backend")
+}

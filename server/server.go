@@ -79,6 +79,9 @@ var routes = []route{
 	{"GET", "/v1/backups", (*server).listBackups},
 	{"DELETE", "/v1/backups/{id}", (*server).deleteBackup},
 	{"POST", "/v1/backups/{id}/restore", (*server).restoreBackup},
+	{"POST", "/v1/sandboxes/{name}/ports", (*server).exposePort},
+	{"GET", "/v1/sandboxes/{name}/ports", (*server).listPorts},
+	{"DELETE", "/v1/sandboxes/{name}/ports/{port}", (*server).unexposePort},
 }
 
 type server struct {

@@ -116,6 +116,9 @@ Quick start:
 		a.snapshotCmd(),
 		a.forkCmd(),
 		a.backupCmd(),
+		a.exposeCmd(),
+		a.unexposeCmd(),
+		a.portsCmd(),
 		a.benchCmd(),
 	)
 	return root

@@ -38,10 +38,11 @@ var (
 )
 
 type daemonProc struct {
-	cmd    *exec.Cmd
-	listen string
-	c      *client.Client
-	log    *os.File
+	cmd           *exec.Cmd
+	listen        string
+	previewListen string
+	c             *client.Client
+	log           *os.File
 }
 
 func TestMain(m *testing.M) {
@@ -99,19 +100,20 @@ func freePort() string {
 // startDaemon runs berth serve with extra environment (failpoints).
 func startDaemon(env []string) (*daemonProc, error) {
 	listen := freePort()
+	previewListen := freePort()
 	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-it-daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join(binDir, "berth"), "serve", "--listen", listen, "--data", dataDir,
-		"--run-dir", itRunDir, "--bridge", itBridge, "--subnet", itSubnet, "--alarm-tick", "200ms")
+		"--run-dir", itRunDir, "--preview-listen", previewListen, "--bridge", itBridge, "--subnet", itSubnet, "--alarm-tick", "200ms")
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &daemonProc{cmd: cmd, listen: listen, log: logf}
+	p := &daemonProc{cmd: cmd, listen: listen, previewListen: previewListen, log: logf}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get("http://" + listen + "/v1/health"); err == nil {
