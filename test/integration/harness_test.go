@@ -284,3 +284,12 @@ func cleanArtifacts(ctx context.Context) {
 }
 
 func equalCensus(a, b census) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+func readKey(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "api-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
