@@ -28,6 +28,7 @@ import (
 	"github.com/berth-sh/berth/runtime"
 	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/snapshot"
+	"github.com/berth-sh/berth/web"
 	"github.com/berth-sh/berth/store/sqlite"
 )
 
@@ -214,7 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 		images
 	}{mgr, images{imgs}}
 	srv := &http.Server{
-		Handler:           server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version}),
+		Handler:           web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version})),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       2 * time.Minute,

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -441,17 +442,18 @@ func (s *session) shot(name string) {
 	t := s.t
 	t.Helper()
 	path := filepath.Join(s.artifacts, name)
-	png, err := chromedp.Run(s.ctx, chromedp.CaptureScreenshot())
+	img, err := chromedp.Run(s.ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
-		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
+	cfg, err := png.DecodeConfig(bytes.NewReader(img))
+	if err != nil || cfg.Width < 800 || cfg.Height < 500 {
+		t.Fatalf("screenshot is not a full-window PNG (%d bytes, %dx%d): %v", len(img), cfg.Width, cfg.Height, err)
 	}
-	if err := os.WriteFile(path, png, 0o644); err != nil {
+	if err := os.WriteFile(path, img, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	t.Logf("screenshot: %s (%d bytes)", path, len(img))
 }
 
 // failShot keeps a picture of the page for a failure report.
