@@ -1,0 +1,122 @@
+//go:build integration && devloop
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// gitServer runs `git daemon` in a network namespace made by the test, at
+// 203.0.113.20 (TEST-NET-3) routed from the host, standing in for a git
+// host on the internet. It serves repo.git with branches main and feature.
+func gitServer(t *testing.T) string {
+	t.Helper()
+	const ns = "berthit-git"
+	sh := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+	}
+	cleanup := func() {
+		exec.Command("ip", "route", "del", "203.0.113.20/32").Run()
+		exec.Command("ip", "link", "del", "bgit0").Run()
+		exec.Command("ip", "netns", "del", ns).Run()
+	}
+	cleanup()
+	sh("ip", "netns", "add", ns)
+	sh("ip", "link", "add", "bgit0", "type", "veth", "peer", "name", "bgit1", "netns", ns)
+	sh("ip", "addr", "add", "198.19.0.1/30", "dev", "bgit0")
+	sh("ip", "link", "set", "bgit0", "up")
+	sh("ip", "-n", ns, "addr", "add", "198.19.0.2/30", "dev", "bgit1")
+	sh("ip", "-n", ns, "link", "set", "bgit1", "up")
+	sh("ip", "-n", ns, "link", "set", "lo", "up")
+	sh("ip", "-n", ns, "addr", "add", "203.0.113.20/32", "dev", "lo")
+	sh("ip", "-n", ns, "route", "add", "default", "via", "198.19.0.1")
+	sh("ip", "route", "add", "203.0.113.20/32", "via", "198.19.0.2")
+
+	base := t.TempDir()
+	work := filepath.Join(base, "work")
+	os.MkdirAll(work, 0o755)
+	git := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@e", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@e", "HOME="+base)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	git(work, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(work, "README"), []byte("from the git server\n"), 0o644)
+	git(work, "add", ".")
+	git(work, "commit", "-q", "-m", "one")
+	git(work, "checkout", "-q", "-b", "feature")
+	os.WriteFile(filepath.Join(work, "FEATURE"), []byte("feature branch\n"), 0o644)
+	git(work, "add", ".")
+	git(work, "commit", "-q", "-m", "two")
+	git(base, "clone", "-q", "--bare", work, filepath.Join(base, "srv", "repo.git"))
+
+	daemon := exec.Command("ip", "netns", "exec", ns, "git", "daemon", "--reuseaddr", "--export-all",
+		"--base-path="+filepath.Join(base, "srv"), "--listen=203.0.113.20", "--port=9418", filepath.Join(base, "srv"))
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		daemon.Process.Kill()
+		daemon.Wait()
+		cleanup()
+	})
+	return "git://203.0.113.20/repo.git"
+}
+
+func TestGitCheckout(t *testing.T) {
+	ctx := context.Background()
+	url := gitServer(t)
+	sandbox(t, api.CreateSandboxRequest{Name: "it-git", Internet: ptr(true)})
+	sandbox(t, api.CreateSandboxRequest{Name: "it-git-offline"})
+	var res api.GitCheckoutResult
+	var err error
+	for i := 0; i < 20; i++ { // git daemon takes a moment to listen
+		res, err = d.c.GitCheckout(ctx, "it-git", api.GitCheckoutRequest{URL: url, Branch: "feature", Depth: 1})
+		if err == nil || !errors.Is(err, errdefs.ErrUnavailable) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("clone: %v", err)
+	}
+	if r := run(t, "it-git", "cat "+res.TargetDir+"/FEATURE "+res.TargetDir+"/README"); r.Stdout != "feature branch\nfrom the git server\n" {
+		t.Fatalf("checked-out files: %q (%+v)", r.Stdout, res)
+	}
+	cases := []struct {
+		name string
+		req  api.GitCheckoutRequest
+		kind error
+		text string
+	}{
+		{"branch not found", api.GitCheckoutRequest{URL: url, Branch: "nope", TargetDir: "/tmp/b"}, errdefs.ErrNotFound, "branch"},
+		{"repository not found", api.GitCheckoutRequest{URL: "git://203.0.113.20/missing.git", TargetDir: "/tmp/m"}, errdefs.ErrNotFound, ""},
+		{"network error", api.GitCheckoutRequest{URL: "git://203.0.113.20:9999/repo.git", TargetDir: "/tmp/n"}, errdefs.ErrUnavailable, ""},
+		{"invalid URL", api.GitCheckoutRequest{URL: "--upload-pack=touch /tmp/pwned", TargetDir: "/tmp/i"}, errdefs.ErrInvalidArgument, ""},
+	}
+	for _, c := range cases {
+		_, err := d.c.GitCheckout(ctx, "it-git", c.req)
+		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s: got %v", c.name, err)
+		}
+	}
+	// Without internet the same clone is a network error.
+	if _, err := d.c.GitCheckout(ctx, "it-git-offline", api.GitCheckoutRequest{URL: url}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("clone without internet: %v", err)
+	}
+}
