@@ -327,7 +327,9 @@ func classifyGitError(repo, branch, target, stderr string, code int) error {
 		return errdefs.NotFound("branch %q not found in %s", branch, repo)
 	case has("already exists and is not an empty directory"):
 		return errdefs.AlreadyExists("target directory %s already exists and is not empty", target)
-	case has("repository not found", "does not appear to be a git repository", "returned error: 404", "no such repository"),
+	case has("repository not found", "does not appear to be a git repository", "returned error: 404", "no such repository",
+		// git daemon answers this for a path it does not serve.
+		"repository not exported"),
 		has("fatal: repository '") && has("' not found"):
 		return errdefs.NotFound("git repository %s not found (%s)", repo, detail)
 	case has("returned error: 403"):

@@ -3,11 +3,13 @@ package network
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,7 +142,10 @@ func sendUDP(t *testing.T, from *Attachment, src netip.Addr, to netip.AddrPort, 
 		}
 		defer c.Close()
 		for i := 0; i < 3; i++ {
-			if _, err := c.Write([]byte(tag)); err != nil {
+			// A refused datagram is answered with ICMP "prohibited",
+			// which the next write on this connected socket reports:
+			// that is the refusal itself, not a broken probe.
+			if _, err := c.Write([]byte(tag)); err != nil && !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ECONNREFUSED) {
 				return err
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -164,6 +164,7 @@ func lookup(s *nftables.Set, reg uint32, invert bool) *expr.Lookup {
 var (
 	accept = &expr.Verdict{Kind: expr.VerdictAccept}
 	drop   = &expr.Verdict{Kind: expr.VerdictDrop}
+	reject = &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
 )
 
 func rule(t *nftables.Table, c *nftables.Chain, parts ...any) *nftables.Rule {
@@ -252,9 +253,13 @@ func (m *Manager) install(internet []netip.Addr, ports []portElem, h holes) erro
 		// bridged traffic too) enters and leaves through the bridge.
 		c.AddRule(rule(o.inet, fw, iif(br), oif(br), drop))
 	}
-	c.AddRule(rule(o.inet, fw, iif(br), isIPv4(), payloadNet(16, 1), lookup(o.never, 1, false), drop))
+	// Refused egress is rejected (ICMP administratively prohibited), not
+	// dropped: a sandbox without internet gets an immediate error instead of
+	// a client hanging through minutes of SYN retries. The answer reveals
+	// nothing the sandbox could not learn by trying.
+	c.AddRule(rule(o.inet, fw, iif(br), isIPv4(), payloadNet(16, 1), lookup(o.never, 1, false), reject))
 	c.AddRule(rule(o.inet, fw, iif(br), isIPv4(), payloadNet(12, 1), lookup(o.internet, 1, false), accept))
-	c.AddRule(rule(o.inet, fw, iif(br), drop))
+	c.AddRule(rule(o.inet, fw, iif(br), reject))
 	// Towards sandboxes: replies only; nothing outside may open a
 	// connection into one.
 	c.AddRule(rule(o.inet, fw, oif(br), ctEstablishedOrRelated(), accept))

@@ -1,4 +1,4 @@
-//go:build integration && devloop
+//go:build integration
 
 package integration
 
@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -118,5 +120,102 @@ func TestGitCheckout(t *testing.T) {
 	// Without internet the same clone is a network error.
 	if _, err := d.c.GitCheckout(ctx, "it-git-offline", api.GitCheckoutRequest{URL: url}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("clone without internet: %v", err)
+	}
+}
+
+func TestBackgroundProcessesAndReadiness(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-procs"})
+	t0 := time.Now()
+	p, err := d.c.StartProcess(ctx, "it-procs", api.StartProcessRequest{Command: "echo booting; sleep 0.5; echo ready >&2; exec python3 -m http.server 8001 --bind 127.0.0.1", ID: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID != "web" || p.PID == 0 || p.Status != "running" {
+		t.Fatalf("handle: %+v", p)
+	}
+	// waitForLog matches across stdout and stderr.
+	wl, err := d.c.WaitForLog(ctx, "it-procs", "web", api.WaitLogRequest{Pattern: "rea(dy)", Regex: true, TimeoutMs: 10000})
+	if err != nil || wl.Line != "ready" || wl.Stream != "stderr" {
+		t.Fatalf("waitForLog: %+v %v", wl, err)
+	}
+	wp, err := d.c.WaitForPort(ctx, "it-procs", "web", api.WaitPortRequest{Port: 8001, Mode: "http", Path: "/", TimeoutMs: 20000})
+	if err != nil || wp.StatusCode != 200 {
+		t.Fatalf("waitForPort: %+v %v", wp, err)
+	}
+	t.Logf("start → port ready: %s", time.Since(t0).Round(time.Millisecond))
+	list, err := d.c.ListProcesses(ctx, "it-procs", "")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	// A process that exits before it is ready fails fast, with a distinct
+	// error, never a timeout.
+	if _, err := d.c.StartProcess(ctx, "it-procs", api.StartProcessRequest{Command: "echo bye; exit 3", ID: "quitter"}); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	_, err = d.c.WaitForPort(ctx, "it-procs", "quitter", api.WaitPortRequest{Port: 9999, Mode: "tcp", TimeoutMs: 60000})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || time.Since(t1) > 30*time.Second {
+		t.Fatalf("exited-before-ready: %v after %s", err, time.Since(t1))
+	}
+	// Kill takes the whole tree, including a child that ignores SIGTERM.
+	if _, err := d.c.StartProcess(ctx, "it-procs", api.StartProcessRequest{Command: "sh -c 'trap \"\" TERM; sleep 300' & sleep 300", ID: "tree"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := d.c.KillProcess(ctx, "it-procs", "tree", client.KillOptions{Signal: "TERM", Grace: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "it-procs", "ps -eo args | grep -c '^sleep 300' || true"); strings.TrimSpace(r.Stdout) != "0" {
+		t.Fatalf("processes of the killed tree remain: %q", r.Stdout)
+	}
+	if n, err := d.c.KillAllProcesses(ctx, "it-procs", client.KillOptions{}); err != nil || n < 1 {
+		t.Fatalf("kill all: %d %v", n, err)
+	}
+}
+
+func TestSessionsAndWatch(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-sess"})
+	if _, err := d.c.CreateSession(ctx, "it-sess", api.CreateSessionRequest{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.SessionExec(ctx, "it-sess", "s1", api.ExecRequest{Command: "mkdir -p /tmp/w && cd /tmp/w && export GREETING=hi"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.c.SessionExec(ctx, "it-sess", "s1", api.ExecRequest{Command: "pwd; echo $GREETING"})
+	if err != nil || r.Stdout != "/tmp/w\nhi\n" {
+		t.Fatalf("session state: %+v %v", r, err)
+	}
+	// Watch: established before the call returns, so a file made right
+	// after is seen.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	events := make(chan api.WatchEvent, 16)
+	started := make(chan struct{})
+	go func() {
+		_ = d.c.Watch(wctx, "it-sess", "/tmp/w", client.WatchOptions{Recursive: true}, func(e api.WatchEvent) error {
+			if e.Type == "watching" {
+				close(started)
+			}
+			events <- e
+			return nil
+		})
+	}()
+	select {
+	case <-started:
+	case <-wctx.Done():
+		t.Fatal("watch not established")
+	}
+	run(t, "it-sess", "echo x > /tmp/w/new.txt")
+	for {
+		select {
+		case e := <-events:
+			if e.Type == "event" && e.EventType == "create" && e.Path == "/tmp/w/new.txt" {
+				return
+			}
+		case <-wctx.Done():
+			t.Fatal("no create event for /tmp/w/new.txt")
+		}
 	}
 }
