@@ -107,6 +107,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.addStreamRoutes()  // terminals and file watches; needs s.http
 	s.addForwardRoutes() // port tunnel for preview URLs (forward.go); needs s.http
+	s.addInterpRoutes()  // code contexts (interp.go); needs s.http
 	return s, nil
 }
 

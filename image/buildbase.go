@@ -36,7 +36,9 @@ var (
 		"bash", "coreutils", "ca-certificates", "curl", "git", "nodejs", "python3",
 		"procps", "sudo", "less", "netbase", "xz-utils", "bzip2", "unzip", "iproute2",
 	}
-	aptPackages = []string{"npm", "python3-pip", "python3-venv"}
+	// numpy, pandas and matplotlib back the python code contexts
+	// (agent/interp.go): data analysis and charts out of the box.
+	aptPackages = []string{"npm", "python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib"}
 )
 
 const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -27,6 +27,7 @@ type fakeBackend struct {
 	writeFn   func(ctx context.Context, name, path string, r io.Reader, mode uint32) error
 	pullFn    func(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error)
 	removedFn func(name, path string, recursive bool)
+	agentFn   func(ctx context.Context, name string) (*agentclient.Client, func(), error) // devloop_test.go
 
 	snapState // snapshots, fork and backups: fake_snapshot_test.go
 }
@@ -182,6 +183,10 @@ func (f *fakeBackend) RemoveImage(ctx context.Context, ref string) error {
 }
 
 func (f *fakeBackend) Agent(ctx context.Context, name string) (*agentclient.Client, func(), error) {
+	f.calls.Add(1)
+	if f.agentFn != nil {
+		return f.agentFn(ctx, name)
+	}
 	return nil, nil, errdefs.Unavailable("no agents in the fake backend")
 }
 

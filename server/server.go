@@ -82,6 +82,33 @@ var routes = []route{
 	{"POST", "/v1/sandboxes/{name}/ports", (*server).exposePort},
 	{"GET", "/v1/sandboxes/{name}/ports", (*server).listPorts},
 	{"DELETE", "/v1/sandboxes/{name}/ports/{port}", (*server).unexposePort},
+	// Dev loop: processes.go, sessions.go, terminals.go, watch.go.
+	{"POST", "/v1/sandboxes/{name}/processes", (*server).startProcess},
+	{"GET", "/v1/sandboxes/{name}/processes", (*server).listProcesses},
+	{"DELETE", "/v1/sandboxes/{name}/processes", (*server).killAllProcesses},
+	{"GET", "/v1/sandboxes/{name}/processes/{id}", (*server).getProcess},
+	{"DELETE", "/v1/sandboxes/{name}/processes/{id}", (*server).killProcess},
+	{"GET", "/v1/sandboxes/{name}/processes/{id}/logs", (*server).processLogs},
+	{"POST", "/v1/sandboxes/{name}/processes/{id}/wait-log", (*server).waitLog},
+	{"POST", "/v1/sandboxes/{name}/processes/{id}/wait-port", (*server).waitPort},
+	{"POST", "/v1/sandboxes/{name}/processes/{id}/wait-exit", (*server).waitExit},
+	{"POST", "/v1/sandboxes/{name}/sessions", (*server).createSession},
+	{"GET", "/v1/sandboxes/{name}/sessions", (*server).listSessions},
+	{"GET", "/v1/sandboxes/{name}/sessions/{id}", (*server).getSession},
+	{"DELETE", "/v1/sandboxes/{name}/sessions/{id}", (*server).deleteSession},
+	{"POST", "/v1/sandboxes/{name}/sessions/{id}/exec", (*server).sessionExec},
+	{"POST", "/v1/sandboxes/{name}/git/checkout", (*server).gitCheckout},
+	{"POST", "/v1/sandboxes/{name}/terminals", (*server).createTerminal},
+	{"GET", "/v1/sandboxes/{name}/terminals", (*server).listTerminals},
+	{"DELETE", "/v1/sandboxes/{name}/terminals/{id}", (*server).deleteTerminal},
+	{"GET", "/v1/sandboxes/{name}/terminals/{id}/ws", (*server).terminalWS},
+	{"GET", "/v1/sandboxes/{name}/watch", (*server).watch},
+	// Code contexts: interp.go.
+	{"POST", "/v1/sandboxes/{name}/code/contexts", (*server).createCodeContext},
+	{"GET", "/v1/sandboxes/{name}/code/contexts", (*server).listCodeContexts},
+	{"DELETE", "/v1/sandboxes/{name}/code/contexts/{id}", (*server).deleteCodeContext},
+	{"POST", "/v1/sandboxes/{name}/code/contexts/{id}/restart", (*server).restartCodeContext},
+	{"POST", "/v1/sandboxes/{name}/code/run", (*server).runCode},
 }
 
 type server struct {
@@ -141,9 +168,12 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
+	// ?access_token= is stripped from r here whatever the route, and
+	// honoured only where a browser cannot send a header (token.go).
+	tokenOK := s.tokenAuthorized(r, pattern)
 	// Authenticate before routing answers 404 or 405, so that an
 	// unauthenticated caller cannot enumerate the API.
-	if pattern != healthPattern && !s.authorized(r) {
+	if pattern != healthPattern && !s.authorized(r) && !tokenOK {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 		writeError(w, errdefs.Unauthenticated("missing or invalid API key: send \"Authorization: Bearer <key>\" (the key is in <data>/client.json)"))
 		return

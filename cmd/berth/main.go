@@ -116,10 +116,18 @@ Quick start:
 		a.snapshotCmd(),
 		a.forkCmd(),
 		a.backupCmd(),
+		a.startCmd(),
+		a.psCmd(),
+		a.logsCmd(),
+		a.killCmd(),
+		a.shellCmd(),
+		a.watchCmd(),
+		a.gitCmd(),
 		a.exposeCmd(),
 		a.unexposeCmd(),
 		a.portsCmd(),
 		a.benchCmd(),
+		a.runCodeCmd(),
 	)
 	return root
 }

@@ -1,0 +1,261 @@
+package agent
+
+import (
+	"bufio"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// The kernels are small REPL drivers embedded in the agent and passed to the
+// interpreter on its command line, so an image needs nothing but python3 or
+// node on PATH.
+var (
+	//go:embed kernels/python_kernel.py
+	pythonKernel string
+	//go:embed kernels/node_kernel.js
+	nodeKernel string
+)
+
+const (
+	// kernelStartTimeout bounds an interpreter's start up to its ready event.
+	kernelStartTimeout = 30 * time.Second
+	// maxKernelEvent bounds one event line (a large PNG is the biggest).
+	maxKernelEvent = 64 << 20
+)
+
+// kernelEvent is an event line from a kernel, or raw fd output.
+type kernelEvent struct {
+	api.CodeEvent
+	Pid int `json:"pid,omitempty"` // ready
+}
+
+// kernel is one running interpreter process.
+type kernel struct {
+	pid    int
+	toK    *os.File         // fd 3 of the kernel: requests
+	events chan kernelEvent // control events and raw output
+	exited chan struct{}    // closed once the process was reaped
+	exit   Exit
+
+	mu     sync.Mutex
+	reaped bool
+}
+
+// kernelArgv returns the interpreter and arguments for language.
+func kernelArgv(language string) []string {
+	if language == api.LangPython {
+		return []string{"python3", "-u", "-c", pythonKernel}
+	}
+	return []string{"node", "-e", nodeKernel}
+}
+
+// startKernel starts an interpreter for c and waits for its ready event.
+func (s *Server) startKernel(c *codeContext) (*kernel, error) {
+	argv := kernelArgv(c.language)
+	env := map[string]string{"MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+	for k, v := range c.env {
+		env[k] = v
+	}
+	plan, err := s.prepareExec(&api.ExecRequest{Argv: argv, Env: env, Cwd: c.cwd})
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, errdefs.FailedPrecondition("%s not found in the sandbox image: a %s code context needs %s on PATH", argv[0], c.language, argv[0])
+		}
+		return nil, err
+	}
+	cred, err := credentialFor(plan.acct)
+	if err != nil {
+		return nil, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, errdefs.Internal("open %s: %v", os.DevNull, err)
+	}
+	defer devnull.Close()
+	var p [8]*os.File // outR outW errR errW reqR reqW evR evW
+	closeAll := func() {
+		for _, f := range p {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	for i := 0; i < 8; i += 2 {
+		if p[i], p[i+1], err = os.Pipe(); err != nil {
+			closeAll()
+			return nil, errdefs.ResourceExhausted("create pipe: %v", err)
+		}
+	}
+	outR, outW, errR, errW, reqR, reqW, evR, evW := p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+	attr := &syscall.ProcAttr{
+		Dir:   plan.dir,
+		Env:   plan.env,
+		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd(), reqR.Fd(), evW.Fd()},
+		// Own process group: delete kills whatever the code spawned too.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
+	}
+	pid, exitCh, err := s.cfg.Reaper.Start(plan.argv0, plan.argv, attr)
+	outW.Close()
+	errW.Close()
+	reqR.Close()
+	evW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		reqW.Close()
+		evR.Close()
+		return nil, startError(plan, err)
+	}
+	k := &kernel{pid: pid, toK: reqW, events: make(chan kernelEvent, 1024), exited: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go k.readControl(evR, &wg)
+	go k.pumpRaw(outR, api.CodeEventStdout, &wg)
+	go k.pumpRaw(errR, api.CodeEventStderr, &wg)
+	go func() {
+		e := <-exitCh
+		k.mu.Lock()
+		k.exit, k.reaped = e, true
+		k.mu.Unlock()
+		close(k.exited)
+	}()
+	go func() { wg.Wait(); close(k.events) }()
+
+	t := time.NewTimer(kernelStartTimeout)
+	defer t.Stop()
+	var early strings.Builder
+	for {
+		select {
+		case ev, ok := <-k.events:
+			if !ok {
+				<-k.exited
+				msg := strings.TrimSpace(early.String())
+				if len(msg) > 2000 {
+					msg = msg[len(msg)-2000:]
+				}
+				return nil, errdefs.FailedPrecondition("%s exited while starting (%s): %s", argv[0], k.describeExit(), msg)
+			}
+			if ev.Type == "ready" {
+				return k, nil
+			}
+			if ev.Type == api.CodeEventStderr || ev.Type == api.CodeEventStdout {
+				early.WriteString(ev.Text)
+			}
+		case <-t.C:
+			k.kill()
+			return nil, errdefs.Unavailable("%s did not start within %s", argv[0], kernelStartTimeout)
+		}
+	}
+}
+
+// readControl forwards the kernel's event lines. The kernel runs sandbox
+// code, so its lines are parsed defensively and unknown types dropped.
+func (k *kernel) readControl(f *os.File, wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxKernelEvent)
+	for sc.Scan() {
+		var ev kernelEvent
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		switch ev.Type {
+		case "ready", api.CodeEventStdout, api.CodeEventStderr, api.CodeEventResult, api.CodeEventError, api.CodeEventComplete:
+			k.events <- ev
+		}
+	}
+}
+
+// pumpRaw forwards output written straight to fd 1 or 2 (subprocesses,
+// C extensions, node's process.stdout).
+func (k *kernel) pumpRaw(f *os.File, typ string, wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			k.events <- kernelEvent{CodeEvent: api.CodeEvent{Type: typ, Text: strings.ToValidUTF8(string(buf[:n]), "\uFFFD")}}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// signal sends sig to the interpreter unless it was already reaped (its
+// pid may then belong to someone else).
+func (k *kernel) signal(sig syscall.Signal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.reaped {
+		syscall.Kill(k.pid, sig)
+	}
+}
+
+// kill kills the interpreter's whole process group and closes its request
+// pipe, then waits (bounded) until it was reaped.
+func (k *kernel) kill() {
+	k.mu.Lock()
+	if !k.reaped {
+		syscall.Kill(-k.pid, syscall.SIGKILL)
+		syscall.Kill(k.pid, syscall.SIGKILL)
+	}
+	k.mu.Unlock()
+	k.toK.Close()
+	select {
+	case <-k.exited:
+	case <-time.After(5 * time.Second):
+	}
+	// Drain so the pumps are not left blocked on a full channel.
+	go func() {
+		for range k.events {
+		}
+	}()
+}
+
+func (k *kernel) alive() bool {
+	select {
+	case <-k.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (k *kernel) describeExit() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.reaped {
+		return "still running"
+	}
+	if k.exit.Lost {
+		return "exit status lost"
+	}
+	es := exitStatus(k.exit.Status)
+	if es.Signal != "" {
+		return fmt.Sprintf("killed by %s", es.Signal)
+	}
+	return fmt.Sprintf("exit code %d", es.ExitCode)
+}
+
+// send writes one request line.
+func (k *kernel) send(req any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	_, err = k.toK.Write(append(data, '\n'))
+	return err
+}

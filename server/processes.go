@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/berth-sh/berth/agentclient"
+	"github.com/berth-sh/berth/api"
+)
+
+// agent wakes the named sandbox and returns its agent client. release is
+// never nil; call it when the request (or its stream) ends, so that the
+// sandbox may sleep again.
+func (s *server) agent(ctx context.Context, name string) (*agentclient.Client, func(), error) {
+	ag, release, err := s.b.Agent(ctx, name)
+	if release == nil {
+		release = func() {}
+	}
+	if err != nil {
+		release()
+		return nil, func() {}, err
+	}
+	return ag, release, nil
+}
+
+func (s *server) startProcess(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	var req api.StartProcessRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := validateStartProcess(&req); err != nil {
+		return err
+	}
+	ag, release, err := s.agent(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	info, err := ag.StartProcess(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, info)
+	return nil
+}
+
+func (s *server) listProcesses(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	sid := r.URL.Query().Get("sessionId")
+	if sid != "" {
+		if err := validateDevID("session", sid); err != nil {
+			return err
+		}
+	}
+	ag, release, err := s.agent(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	list, err := ag.ListProcesses(r.Context(), sid)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []api.ProcessInfo{}
+	}
+	writeJSON(w, http.StatusOK, api.ProcessList{Processes: list})
+	return nil
+}
+
+// withProcess is the shape shared by the per-process routes: validate the
+// sandbox name and process id, wake the sandbox, run fn, release.
+func (s *server) withProcess(r *http.Request, fn func(ag *agentclient.Client, id string) error) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	id, err := pathDevID(r, "process")
+	if err != nil {
+		return err
+	}
+	ag, release, err := s.agent(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fn(ag, id)
+}
+
+func (s *server) getProcess(w http.ResponseWriter, r *http.Request) error {
+	return s.withProcess(r, func(ag *agentclient.Client, id string) error {
+		info, err := ag.GetProcess(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+}
+
+func (s *server) killProcess(w http.ResponseWriter, r *http.Request) error {
+	sig, err := querySignal(r)
+	if err != nil {
+		return err
+	}
+	grace, err := queryGrace(r)
+	if err != nil {
+		return err
+	}
+	return s.withProcess(r, func(ag *agentclient.Client, id string) error {
+		info, err := ag.KillProcess(r.Context(), id, agentclient.KillOptions{Signal: sig, Grace: grace})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+}
+
+func (s *server) killAllProcesses(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	grace, err := queryGrace(r)
+	if err != nil {
+		return err
+	}
+	ag, release, err := s.agent(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	n, err := ag.KillAllProcesses(r.Context(), agentclient.KillOptions{Grace: grace})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.KillAllResult{Killed: n})
+	return nil
+}
+
+// processLogs answers with the buffered logs as JSON, or, with
+// Accept: text/event-stream or ?follow=1, streams them as server-sent
+// events: the buffered output, then live output, then exactly one exit or
+// error event (as for exec). A stream whose agent dies or stalls ends with
+// an error event, never with an exit status the process did not have.
+func (s *server) processLogs(w http.ResponseWriter, r *http.Request) error {
+	follow, err := queryBool(r, "follow")
+	if err != nil {
+		return err
+	}
+	return s.withProcess(r, func(ag *agentclient.Client, id string) error {
+		if !follow && !wantsEventStream(r) {
+			logs, err := ag.ProcessLogs(r.Context(), id)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, logs)
+			return nil
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		st := newSSEStream(w, cancel) // a client that went away ends the stream
+		stop := st.keepAlive(s.pingInterval)
+		status, err := ag.StreamProcessLogs(ctx, id, &sseOutput{s: st, typ: "stdout"}, &sseOutput{s: st, typ: "stderr"})
+		stop()
+		if err != nil {
+			if st.closeIfUnstarted() {
+				return err
+			}
+			e := api.ErrorBody(err)
+			_ = st.finish("error", api.ExecEvent{Type: "error", Error: &e})
+			return nil
+		}
+		_ = st.finish("exit", api.ExecEvent{Type: "exit", Exit: &status})
+		return nil
+	})
+}
+
+// The wait routes block until the condition holds. The agent's errors keep
+// their kinds: a process that exits before it is ready is
+// FailedPrecondition (409), a timeout DeadlineExceeded (504).
+
+func (s *server) waitLog(w http.ResponseWriter, r *http.Request) error {
+	var req api.WaitLogRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := validateWaitLog(&req); err != nil {
+		return err
+	}
+	return s.withProcess(r, func(ag *agentclient.Client, id string) error {
+		res, err := ag.WaitForLog(r.Context(), id, req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	})
+}
+
+func (s *server) waitPort(w http.ResponseWriter, r *http.Request) error {
+	var req api.WaitPortRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := validateWaitPort(&req); err != nil {
+		return err
+	}
+	return s.withProcess(r, func(ag *agentclient.Client, id string) error {
+		res, err := ag.WaitForPort(r.Context(), id, req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	})
+}
+
+func (s *server) waitExit(w http.ResponseWriter, r *http.Request) error {
+	var req api.WaitExitRequest
+	if err := s.readJSON(w, r, &req, true); err != nil {
+		return err
+	}
+	if err := validateTimeoutMs("timeoutMs", req.TimeoutMs); err != nil {
+		return err
+	}
+	return s.withProcess(r, func(ag *agentclient.Client, id string) error {
+		info, err := ag.WaitForExit(r.Context(), id, time.Duration(req.TimeoutMs)*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+}

@@ -1,0 +1,90 @@
+//go:build integration && interp
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+)
+
+// TestCodeInterpreterDataAnalysis runs the notebook flow through the real
+// daemon: a python context in the base image (python3 with pandas and
+// matplotlib from Debian), a CSV analysis with checked values and a bar
+// chart returned as a PNG.
+func TestCodeInterpreterDataAnalysis(t *testing.T) {
+	// lite (1/16 vCPU) makes importing pandas take a long time; the point
+	// here is behaviour, not the smallest size.
+	sandbox(t, api.CreateSandboxRequest{Name: "it-interp", Instance: "standard-1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cc, err := d.c.CreateCodeContext(ctx, "it-interp", api.CreateCodeContextRequest{Language: "python"})
+	if err != nil {
+		t.Fatalf("create python context: %v", err)
+	}
+	runPy := func(code string) api.CodeRunResult {
+		t.Helper()
+		res, err := d.c.RunCode(ctx, "it-interp", api.RunCodeRequest{Context: cc.ID, Code: code, TimeoutMs: 240000}, nil)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if res.Error != nil {
+			t.Fatalf("code raised %s: %s\n%s", res.Error.Name, res.Error.Value, res.Error.Traceback)
+		}
+		return res
+	}
+	res, err := d.c.RunCode(ctx, "it-interp", api.RunCodeRequest{Context: cc.ID, Code: "import pandas, matplotlib, numpy"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != nil {
+		t.Fatalf("the base image lacks the data stack (%s: %s): rebuild it with `berth image build-base`", res.Error.Name, res.Error.Value)
+	}
+
+	res = runPy(`import pandas as pd, io
+csv = "region,revenue,cost\nnorth,100,60\nsouth,80,70\nnorth,50,20\nsouth,40,10\n"
+df = pd.read_csv(io.StringIO(csv))
+df["margin"] = (df.revenue - df.cost) / df.revenue
+df.groupby("region")["margin"].mean().sort_values(ascending=False).round(4).to_dict()`)
+	var means map[string]float64
+	if len(res.Results) != 1 || json.Unmarshal(res.Results[0].JSON, &means) != nil {
+		t.Fatalf("analysis results: %+v", res.Results)
+	}
+	if means["north"] != 0.5 || means["south"] != 0.4375 {
+		t.Fatalf("group means %v, want north 0.5 south 0.4375", means)
+	}
+	res = runPy("df")
+	if len(res.Results) != 1 || !strings.Contains(res.Results[0].HTML, "<table") {
+		t.Fatalf("DataFrame has no html: %+v", res.Results)
+	}
+
+	res = runPy(`import matplotlib.pyplot as plt
+fig = plt.figure(figsize=(4, 3), dpi=50)
+s = df.groupby("region")["margin"].mean()
+plt.bar(list(s.index), list(s.values))
+print("plotted")`)
+	if len(res.Results) != 1 || res.Results[0].PNG == "" || strings.Join(res.Logs.Stdout, "") != "plotted\n" {
+		t.Fatalf("chart: %+v", res)
+	}
+	data, err := base64.StdEncoding.DecodeString(res.Results[0].PNG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("chart is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 200 || b.Dy() != 150 {
+		t.Fatalf("chart is %v, want 200x150", b)
+	}
+	if err := d.c.DeleteCodeContext(ctx, "it-interp", cc.ID); err != nil {
+		t.Fatal(err)
+	}
+}
