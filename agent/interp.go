@@ -29,6 +29,11 @@ import (
 // the context then starts a fresh interpreter on its next run, with its
 // state lost, and the run's error says so.
 //
+// TypeScript is transpiled inside the agent with esbuild's Transform API
+// (types erased, nothing type-checked), then runs like JavaScript. esbuild
+// is the agent's one dependency beyond the standard library and x/sys
+// (pure Go, about 4 MB of binary); only Transform is used.
+//
 // JavaScript limits: declarations persist through a lexical rewrite (kernel
 // script), not a parser: const/let become var, so they can be redeclared and
 // a const can be reassigned in a later run.

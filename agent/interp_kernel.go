@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -177,17 +178,52 @@ func (k *kernel) readControl(f *os.File, wg *sync.WaitGroup) {
 	}
 }
 
+// syncMark is what a kernel writes to fds 1 and 2 after a run, before its
+// complete event: seeing it on both pipes means every byte a subprocess
+// wrote during the run was forwarded, so output never trails complete.
+const syncMark = "\x00\x01berth-sync\x01\x00"
+
+// syncEvent is the pseudo event type pumpRaw sends for a syncMark.
+const syncEvent = "sync"
+
 // pumpRaw forwards output written straight to fd 1 or 2 (subprocesses,
-// C extensions, node's process.stdout).
+// C extensions, node's process.stdout), cutting out sync marks.
 func (k *kernel) pumpRaw(f *os.File, typ string, wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer f.Close()
 	buf := make([]byte, 32<<10)
+	var pending []byte // output not forwarded yet
+	emit := func(b []byte) {
+		if len(b) > 0 {
+			k.events <- kernelEvent{CodeEvent: api.CodeEvent{Type: typ, Text: strings.ToValidUTF8(string(b), "\uFFFD")}}
+		}
+	}
 	for {
 		n, err := f.Read(buf)
-		if n > 0 {
-			k.events <- kernelEvent{CodeEvent: api.CodeEvent{Type: typ, Text: strings.ToValidUTF8(string(buf[:n]), "\uFFFD")}}
+		pending = append(pending, buf[:n]...)
+		for {
+			i := bytes.Index(pending, []byte(syncMark))
+			if i < 0 {
+				break
+			}
+			emit(pending[:i])
+			k.events <- kernelEvent{CodeEvent: api.CodeEvent{Type: syncEvent, Text: typ}}
+			pending = pending[i+len(syncMark):]
 		}
+		// Hold back a tail that may be the start of a mark split
+		// across reads.
+		keep := 0
+		for l := len(syncMark) - 1; l > 0; l-- {
+			if len(pending) >= l && bytes.HasPrefix([]byte(syncMark), pending[len(pending)-l:]) {
+				keep = l
+				break
+			}
+		}
+		if err != nil {
+			keep = 0
+		}
+		emit(pending[:len(pending)-keep])
+		pending = append(pending[:0], pending[len(pending)-keep:]...)
 		if err != nil {
 			return
 		}

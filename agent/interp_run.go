@@ -9,6 +9,10 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
+// syncWait bounds the wait for a kernel's sync marks after its complete
+// event.
+const syncWait = time.Second
+
 // codeRequest is what the agent sends a kernel.
 type codeRequest struct {
 	Code string            `json:"code"`
@@ -121,6 +125,11 @@ drain:
 		graceC = g.C
 		// g is not stopped: it fires once at most and is then garbage.
 	}
+	// complete is held back until the sync marks of both output pipes
+	// arrived (or syncWait passed: the code may have closed fd 1).
+	var complete *kernelEvent
+	synced := 0
+	var syncC <-chan time.Time
 	hb := time.NewTicker(m.s.cfg.HeartbeatInterval)
 	defer hb.Stop()
 	events := k.events
@@ -135,12 +144,24 @@ drain:
 			if ev.Type == "ready" {
 				continue
 			}
-			if ev.Type == api.CodeEventComplete {
+			if ev.Type == syncEvent {
+				synced++
+			} else if ev.Type == api.CodeEventComplete {
 				ev.Context = c.id
+				complete = &ev
+				t := time.NewTimer(syncWait)
+				defer t.Stop()
+				syncC = t.C
+			} else {
 				ew.write(ev.CodeEvent)
+			}
+			if complete != nil && synced >= 2 {
+				ew.write(complete.CodeEvent)
 				return
 			}
-			ew.write(ev.CodeEvent)
+		case <-syncC:
+			ew.write(complete.CodeEvent)
+			return
 		case <-timeoutC:
 			timeoutC = nil
 			startGrace()

@@ -28,8 +28,8 @@ import (
 	"github.com/berth-sh/berth/runtime"
 	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/snapshot"
-	"github.com/berth-sh/berth/web"
 	"github.com/berth-sh/berth/store/sqlite"
+	"github.com/berth-sh/berth/web"
 )
 
 // Version is set by the build (-ldflags -X).

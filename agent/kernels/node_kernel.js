@@ -121,7 +121,7 @@ const notExprRe = /^\s*(const|let|var|function|async\s+function|class|if|for|whi
 // become assignments to context globals and the last expression is returned.
 function rewrite(src, isAsync) {
   const stmts = splitTop(src);
-  let body = '', funcs = [];
+  let body = '', funcs = [], hoisted = [];
   stmts.forEach(([s, e], idx) => {
     let t = src.slice(s, e);
     const last = idx === stmts.length - 1;
@@ -130,6 +130,10 @@ function rewrite(src, isAsync) {
       if (!isAsync) t = m[1] + 'var' + m[3] + t.slice(m[0].length);
       else {
         let rest = t.slice(m[0].length).replace(/;\s*$/, '');
+        // Declare the name on the context before the assignment runs, as
+        // var hoisting would: `var X = f(X || {})` (esbuild's enums).
+        const first = /^([A-Za-z_$][\w$]*)/.exec(rest);
+        if (first) hoisted.push(first[1]);
         if (/^[{[]/.test(rest)) t = m[1] + ';(' + rest + ');';
         else if (!rest.includes('=')) t = m[1] + rest.split(',').map((n) => n.trim() + ' = undefined').join(', ') + ';';
         else t = m[1] + rest + ';';
@@ -144,13 +148,19 @@ function rewrite(src, isAsync) {
     body += t;
   });
   if (!isAsync) return body;
-  const hoist = funcs.map((f) => `globalThis.${f} = ${f};`).join('');
+  const hoist = hoisted.map((v) => `if (!('${v}' in globalThis)) globalThis.${v} = undefined;`).join('') +
+    funcs.map((f) => `globalThis.${f} = ${f};`).join('');
   return `(async () => {${hoist}\n${body}\n})()`;
 }
 
 let count = 0;
 let interrupt = null; // rejects the pending async run on SIGINT
 process.on('SIGINT', () => { if (interrupt) interrupt(); });
+
+// userStack drops the kernel's own frames from a stack trace.
+function userStack(stack) {
+  return stack.split('\n').filter((l) => !/^\s+at /.test(l) || l.includes('<cell-')).join('\n');
+}
 
 function interruptedError() {
   const e = new Error('Execution interrupted');
@@ -182,12 +192,14 @@ async function run(req) {
     emit({ type: 'error', error: {
       name: isErr && err.name ? String(err.name) : 'Error',
       value: isErr && err.message !== undefined ? String(err.message) : String(err),
-      traceback: isErr && err.stack ? String(err.stack) : String(err),
+      traceback: isErr && err.stack ? userStack(String(err.stack)) : String(err),
     } });
   } finally {
     interrupt = null;
     for (const k of Object.keys(saved)) { if (saved[k] === undefined) delete process.env[k]; else process.env[k] = saved[k]; }
   }
+  // Must match syncMark in agent/interp_kernel.go.
+  for (const fd of [1, 2]) { try { fs.writeSync(fd, '\x00\x01berth-sync\x01\x00'); } catch (e) { /* closed */ } }
   emit({ type: 'complete', executionCount: count });
 }
 

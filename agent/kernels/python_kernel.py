@@ -8,6 +8,8 @@ import ast, asyncio, base64, builtins, inspect, io, json, os, signal, sys, threa
 _ctl_in = os.fdopen(3, "r", encoding="utf-8", errors="replace")
 _ctl_out = os.fdopen(4, "w", encoding="utf-8")
 _ctl_lock = threading.Lock()
+# Must match syncMark in agent/interp_kernel.go.
+_SYNC = b"\x00\x01berth-sync\x01\x00"
 
 
 def _emit(ev):
@@ -202,6 +204,11 @@ def _main():
             _flush_figures()
         except Exception as e:
             _emit({"type": "stderr", "text": "berth: %s\n" % e})
+        for fd in (1, 2):
+            try:
+                os.write(fd, _SYNC)
+            except OSError:
+                pass
         _emit({"type": "complete", "executionCount": count})
 
 

@@ -5,9 +5,11 @@ package integration
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/coder/websocket"
 )
 
 // gitServer runs `git daemon` in a network namespace made by the test, at
@@ -218,4 +221,84 @@ func TestSessionsAndWatch(t *testing.T) {
 			t.Fatal("no create event for /tmp/w/new.txt")
 		}
 	}
+}
+
+// TestDevLoopLatency reports the figures the dev-loop issue asks for,
+// through the public API and a real sandbox: start-process to first log
+// byte, and PTY keystroke to echo. It asserts only that they work.
+func TestDevLoopLatency(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-lat"})
+	var firsts []time.Duration
+	for i := 0; i < 10; i++ {
+		t0 := time.Now()
+		p, err := d.c.StartProcess(ctx, "it-lat", api.StartProcessRequest{Command: "echo hi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw := &firstWrite{}
+		if _, err := d.c.StreamProcessLogs(ctx, "it-lat", p.ID, fw, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if fw.at.IsZero() {
+			t.Fatal("no output from echo hi")
+		}
+		firsts = append(firsts, fw.at.Sub(t0))
+	}
+	t.Logf("startProcess → first log byte: p50 %s", median(firsts))
+
+	conn, err := d.c.AttachTerminal(ctx, "it-lat", "lat", 80, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	readUntil := func(want string) {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var got strings.Builder
+		for !strings.Contains(got.String(), want) {
+			typ, b, err := conn.Read(rctx)
+			if err != nil {
+				t.Fatalf("terminal read (have %q): %v", got.String(), err)
+			}
+			if typ == websocket.MessageBinary {
+				got.Write(b)
+			}
+		}
+	}
+	if err := conn.Write(ctx, websocket.MessageBinary, []byte("stty -echo; PS1=; echo ready\n")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("ready")
+	if err := conn.Write(ctx, websocket.MessageBinary, []byte("stty echo; cat\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	var rtts []time.Duration
+	for i := 0; i < 50; i++ {
+		k := string(rune('a' + i%26))
+		t0 := time.Now()
+		if err := conn.Write(ctx, websocket.MessageBinary, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+		readUntil(k)
+		rtts = append(rtts, time.Since(t0))
+	}
+	t.Logf("PTY keystroke → echo: p50 %s", median(rtts))
+}
+
+type firstWrite struct{ at time.Time }
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	if f.at.IsZero() && len(p) > 0 {
+		f.at = time.Now()
+	}
+	return len(p), nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2].Round(time.Microsecond)
 }

@@ -1,4 +1,4 @@
-//go:build integration && interp
+//go:build integration
 
 package integration
 
