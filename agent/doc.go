@@ -9,8 +9,9 @@
 // (CVE-2018-15664). Reading /etc/passwd and /etc/group is likewise safe here
 // and only here: the host never parses sandbox files.
 //
-// The package depends only on the standard library, golang.org/x/sys, api and
-// internal/errdefs so that the agent binary stays small.
+// Besides the standard library, golang.org/x/sys, api and internal/errdefs,
+// it uses only creack/pty (terminals), coder/websocket (terminal streams) and
+// esbuild's Transform (TypeScript contexts), so the agent binary stays small.
 package agent
 
 // ProtocolVersion is the agent wire protocol version. agentclient refuses an
