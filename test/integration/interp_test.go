@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"image/png"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,50 @@ print("plotted")`)
 	if err := d.c.DeleteCodeContext(ctx, "it-interp", cc.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCodeInterpreterLatencyAndMemory reports the figures the interpreter
+// issue asks for, in the default image: first runCode on a fresh context,
+// later runCode of 1+1, and the RSS of idle Python and JavaScript contexts.
+// It asserts only that the calls work.
+func TestCodeInterpreterLatencyAndMemory(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-interp-lat"})
+	for _, lang := range []string{"python", "javascript"} {
+		var creates, firsts, laters []time.Duration
+		for i := 0; i < 5; i++ {
+			tc := time.Now()
+			cc, err := d.c.CreateCodeContext(ctx, "it-interp-lat", api.CreateCodeContextRequest{Language: lang})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			res, err := d.c.RunCode(ctx, "it-interp-lat", api.RunCodeRequest{Code: "1+1", Context: cc.ID}, nil)
+			firsts = append(firsts, time.Since(t0))
+			creates = append(creates, time.Since(tc))
+			if err != nil || len(res.Results) == 0 || res.Results[0].Text != "2" {
+				t.Fatalf("%s first run: %+v %v", lang, res, err)
+			}
+			for j := 0; j < 10; j++ {
+				t0 := time.Now()
+				if _, err := d.c.RunCode(ctx, "it-interp-lat", api.RunCodeRequest{Code: "1+1", Context: cc.ID}, nil); err != nil {
+					t.Fatal(err)
+				}
+				laters = append(laters, time.Since(t0))
+			}
+			if i < 4 {
+				if err := d.c.DeleteCodeContext(ctx, "it-interp-lat", cc.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		sort.Slice(creates, func(i, j int) bool { return creates[i] < creates[j] })
+		t.Logf("%s: create context + first runCode p50 %s", lang, creates[len(creates)/2].Round(time.Microsecond))
+		sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+		sort.Slice(laters, func(i, j int) bool { return laters[i] < laters[j] })
+		t.Logf("%s: first runCode on a fresh context p50 %s; later runCode(1+1) p50 %s", lang,
+			firsts[len(firsts)/2].Round(time.Microsecond), laters[len(laters)/2].Round(time.Microsecond))
+	}
+	r := run(t, "it-interp-lat", "ps -eo rss=,args= | grep -E '^ *[0-9]+ (python3 -u -c|node -e)' | awk '{print $1, $2}'")
+	t.Logf("idle context RSS (KiB, interpreter):\n%s", r.Stdout)
 }
