@@ -81,20 +81,7 @@ func (s *server) listCodeContexts(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *server) withCodeContext(r *http.Request, fn func(ag *agentclient.Client, id string) error) error {
-	name, err := pathName(r)
-	if err != nil {
-		return err
-	}
-	id, err := pathDevID(r, "code context")
-	if err != nil {
-		return err
-	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return fn(ag, id)
+	return s.withAgentObject(r, "code context", fn)
 }
 
 func (s *server) deleteCodeContext(w http.ResponseWriter, r *http.Request) error {

@@ -76,14 +76,21 @@ func (s *server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// withProcess is the shape shared by the per-process routes: validate the
-// sandbox name and process id, wake the sandbox, run fn, release.
+// withProcess runs fn for the process named in the path.
 func (s *server) withProcess(r *http.Request, fn func(ag *agentclient.Client, id string) error) error {
+	return s.withAgentObject(r, "process", fn)
+}
+
+// withAgentObject is the shape shared by routes on one dev-loop object
+// (process, session, code context): validate the sandbox name and the
+// object's {id} (kind names it in errors), wake the sandbox, run fn, and
+// release the sandbox when fn returns.
+func (s *server) withAgentObject(r *http.Request, kind string, fn func(ag *agentclient.Client, id string) error) error {
 	name, err := pathName(r)
 	if err != nil {
 		return err
 	}
-	id, err := pathDevID(r, "process")
+	id, err := pathDevID(r, kind)
 	if err != nil {
 		return err
 	}

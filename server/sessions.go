@@ -73,23 +73,9 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// withSession validates the sandbox name and session id, wakes the
-// sandbox, runs fn and releases.
+// withSession runs fn for the session named in the path.
 func (s *server) withSession(r *http.Request, fn func(ag *agentclient.Client, id string) error) error {
-	name, err := pathName(r)
-	if err != nil {
-		return err
-	}
-	id, err := pathDevID(r, "session")
-	if err != nil {
-		return err
-	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return fn(ag, id)
+	return s.withAgentObject(r, "session", fn)
 }
 
 func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
