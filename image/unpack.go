@@ -92,8 +92,19 @@ func Unpack(ctx context.Context, r io.Reader, dst string, opts UnpackOptions) er
 	if err != nil {
 		return fmt.Errorf("open unpack destination %s: %w", dst, err)
 	}
-	u := &unpacker{root: rootfd, opts: opts.withDefaults(), buf: make([]byte, 128<<10)}
+	u := &unpacker{root: rootfd, opts: opts.withDefaults(), buf: make([]byte, 128<<10), w: newWriters(2)}
 	defer unix.Close(rootfd)
+	// Workers must be done before the caller sees a result (it may remove
+	// dst on failure); the fd of dst is closed after them.
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		return u.w.close()
+	}
+	defer stop()
 
 	tr := tar.NewReader(r)
 	var entries int64
@@ -118,6 +129,9 @@ func Unpack(ctx context.Context, r io.Reader, dst string, opts UnpackOptions) er
 			return fmt.Errorf("unpack %q: %w", hdr.Name, err)
 		}
 	}
+	if err := stop(); err != nil {
+		return err
+	}
 	return u.finishDirs()
 }
 
@@ -132,6 +146,7 @@ type unpacker struct {
 	total int64
 	dirs  []dirTime
 	buf   []byte
+	w     *writers // small-file writers (unpack_parallel.go)
 }
 
 // cleanName turns a tar name into a clean path relative to dst, or refuses
@@ -160,6 +175,14 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	dir, base := path.Dir(name), path.Base(name)
 
+	small := (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA) && hdr.Size >= 0 && hdr.Size <= smallFileMax &&
+		!strings.HasPrefix(base, whiteoutPrefix) && name != "."
+	if !small {
+		// Everything else sees the stream's earlier writes finished.
+		if err := u.w.barrier(); err != nil {
+			return err
+		}
+	}
 	if strings.HasPrefix(base, whiteoutPrefix) {
 		return u.whiteout(dir, base)
 	}
@@ -307,6 +330,9 @@ func (u *unpacker) file(dir, base string, hdr *tar.Header, r io.Reader) error {
 		return errdefs.ResourceExhausted("layer exceeds the %d byte limit", u.opts.MaxTotalBytes)
 	}
 	u.total += hdr.Size
+	if hdr.Typeflag != tar.TypeGNUSparse && hdr.Size <= smallFileMax {
+		return u.smallFile(path.Join(dir, base), dir, base, hdr, r)
+	}
 	pfd, err := u.parent(dir, true)
 	if err != nil {
 		return err
@@ -332,7 +358,7 @@ func (u *unpacker) file(dir, base string, hdr *tar.Header, r io.Reader) error {
 // copyToFd writes exactly size bytes from r, leaving holes for all-zero
 // blocks so sparse files stay sparse.
 func copyToFd(fd int, r io.Reader, size int64, buf []byte) error {
-	var off int64
+	var off, written int64 // written: end of the last block actually written
 	for off < size {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
 		if n > 0 {
@@ -340,6 +366,7 @@ func copyToFd(fd int, r io.Reader, size int64, buf []byte) error {
 				if _, werr := unix.Pwrite(fd, buf[:n], off); werr != nil {
 					return fmt.Errorf("write: %w", werr)
 				}
+				written = off + int64(n)
 			}
 			off += int64(n)
 		}
@@ -349,6 +376,9 @@ func copyToFd(fd int, r io.Reader, size int64, buf []byte) error {
 			}
 			break
 		}
+	}
+	if written == size {
+		return nil // no trailing hole: the file already has its size
 	}
 	return unix.Ftruncate(fd, size)
 }

@@ -5,11 +5,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -193,5 +197,62 @@ func TestCleanName(t *testing.T) {
 		if _, err := cleanName(in); err == nil {
 			t.Errorf("cleanName(%q) accepted", in)
 		}
+	}
+}
+
+// The parallel small-file writers keep the stream's order: a file replaced
+// by a later entry of the same name, a file under a directory that a later
+// entry turns into a file, and a later hardlink to a just-written file all
+// end as a sequential unpack would leave them. Negative control (by hand):
+// with writers.busy always false this test fails.
+func TestUnpackParallelKeepsStreamOrder(t *testing.T) {
+	// Uneven worker delays make any reordering show.
+	var n atomic.Int64
+	slowWrites = func() {
+		if n.Add(1)%2 == 1 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	defer func() { slowWrites = nil }()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(h *tar.Header, body string) {
+		h.Size = int64(len(body))
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, body)
+	}
+	for i := 0; i < 200; i++ {
+		add(&tar.Header{Name: fmt.Sprintf("d/f%d", i), Typeflag: tar.TypeReg}, fmt.Sprintf("first %d", i))
+	}
+	for i := 0; i < 200; i += 2 {
+		add(&tar.Header{Name: fmt.Sprintf("d/f%d", i), Typeflag: tar.TypeReg}, fmt.Sprintf("second %d", i))
+	}
+	add(&tar.Header{Name: "x/inner", Typeflag: tar.TypeReg}, "inner")
+	add(&tar.Header{Name: "x", Typeflag: tar.TypeReg}, "x is a file now")
+	add(&tar.Header{Name: "link", Typeflag: tar.TypeLink, Linkname: "d/f1"}, "")
+	tw.Close()
+	dst := t.TempDir()
+	if err := Unpack(context.Background(), &buf, dst, UnpackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		want := fmt.Sprintf("first %d", i)
+		if i%2 == 0 {
+			want = fmt.Sprintf("second %d", i)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dst, "d", fmt.Sprintf("f%d", i))); string(b) != want {
+			t.Fatalf("d/f%d = %q, want %q", i, b, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "x")); string(b) != "x is a file now" {
+		t.Fatalf("x = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "link")); string(b) != "first 1" {
+		t.Fatalf("link = %q", b)
 	}
 }
