@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // Creating a file is the expensive part of unpacking a layer of many small
@@ -160,7 +162,7 @@ func (u *unpacker) smallFile(name, dir, base string, hdr *tar.Header, r io.Reade
 	}
 	data := make([]byte, hdr.Size)
 	if _, err := io.ReadFull(r, data); err != nil {
-		return fmt.Errorf("read: %w", err)
+		return errdefs.InvalidArgument("truncated layer tar: %v", err)
 	}
 	pfd, err := u.parent(dir, true)
 	if err != nil {
