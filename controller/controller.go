@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -82,16 +81,9 @@ type actor struct {
 	savedSleep time.Time // SleepAt last persisted
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // ValidName reports whether s can name a sandbox. Names become host names
 // and parts of preview URLs, so they are DNS labels.
-func ValidName(s string) error {
-	if !nameRE.MatchString(s) {
-		return errdefs.InvalidArgument("invalid sandbox name %q: use 1-63 lowercase letters, digits and '-', starting with a letter or digit", s)
-	}
-	return nil
-}
+func ValidName(s string) error { return api.ValidateSandboxName(s) }
 
 // New returns a Manager. Call Reconcile before serving requests and Run to
 // start the alarm loop.

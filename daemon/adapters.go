@@ -28,10 +28,6 @@ func (i images) Prepare(ctx context.Context, ref string) (controller.Image, erro
 	return controller.Image{Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, LayerDirs: dirs}, nil
 }
 
-func toAPIImage(img *image.Image) api.Image {
-	return api.Image{Name: img.Name, Ref: img.Ref, Digest: img.Digest, Size: img.Size, Layers: len(img.Layers), CreatedAt: img.CreatedAt}
-}
-
 func (i images) ListImages(ctx context.Context) ([]api.Image, error) { return i.s.List(ctx) }
 
 func (i images) PullImage(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error) {
@@ -39,7 +35,7 @@ func (i images) PullImage(ctx context.Context, req api.PullRequest, progress fun
 	if err != nil {
 		return api.Image{}, err
 	}
-	return toAPIImage(img), nil
+	return img.APIImage(), nil
 }
 
 func (i images) ImportImage(ctx context.Context, name string, r io.Reader, progress func(api.Progress)) (api.Image, error) {
@@ -47,7 +43,7 @@ func (i images) ImportImage(ctx context.Context, name string, r io.Reader, progr
 	if err != nil {
 		return api.Image{}, err
 	}
-	return toAPIImage(img), nil
+	return img.APIImage(), nil
 }
 
 func (i images) BuildBase(ctx context.Context, progress func(api.Progress)) (api.Image, error) {
@@ -55,7 +51,7 @@ func (i images) BuildBase(ctx context.Context, progress func(api.Progress)) (api
 	if err != nil {
 		return api.Image{}, err
 	}
-	return toAPIImage(img), nil
+	return img.APIImage(), nil
 }
 
 func (i images) RemoveImage(ctx context.Context, ref string) error { return i.s.Remove(ctx, ref) }

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -124,9 +124,6 @@ func ValidToken(s string) bool {
 	return true
 }
 
-// sandboxRE matches controller.ValidName; names are DNS labels.
-var sandboxRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // Label is the {port}-{sandbox}-{token} part of e's URLs.
 func Label(e Exposure) string {
 	return strconv.Itoa(e.Port) + "-" + e.Sandbox + "-" + e.Token
@@ -149,7 +146,7 @@ func ParseLabel(label string) (port int, sandbox, token string, err error) {
 		return bad()
 	}
 	port, _ = strconv.Atoi(ps)
-	if port < 1 || port > 65535 || !sandboxRE.MatchString(sandbox) || !ValidToken(token) {
+	if port < 1 || port > 65535 || api.ValidateSandboxName(sandbox) != nil || !ValidToken(token) {
 		return bad()
 	}
 	return port, sandbox, token, nil

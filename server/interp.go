@@ -45,18 +45,15 @@ func (s *server) createCodeContext(w http.ResponseWriter, r *http.Request) error
 			return err
 		}
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	info, err := ag.CreateCodeContext(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Location", "/v1/sandboxes/"+url.PathEscape(name)+"/code/contexts/"+url.PathEscape(info.ID))
-	writeJSON(w, http.StatusCreated, info)
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		info, err := ag.CreateCodeContext(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Location", "/v1/sandboxes/"+url.PathEscape(name)+"/code/contexts/"+url.PathEscape(info.ID))
+		writeJSON(w, http.StatusCreated, info)
+		return nil
+	})
 }
 
 func (s *server) listCodeContexts(w http.ResponseWriter, r *http.Request) error {
@@ -64,20 +61,17 @@ func (s *server) listCodeContexts(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	list, err := ag.ListCodeContexts(r.Context())
-	if err != nil {
-		return err
-	}
-	if list == nil {
-		list = []api.CodeContext{}
-	}
-	writeJSON(w, http.StatusOK, api.CodeContextList{Contexts: list})
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		list, err := ag.ListCodeContexts(r.Context())
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []api.CodeContext{}
+		}
+		writeJSON(w, http.StatusOK, api.CodeContextList{Contexts: list})
+		return nil
+	})
 }
 
 func (s *server) withCodeContext(r *http.Request, fn func(ag *agentclient.Client, id string) error) error {
@@ -140,44 +134,41 @@ func (s *server) runCode(w http.ResponseWriter, r *http.Request) error {
 	if err := validateRunCode(&req); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if !wantsEventStream(r) {
-		res, err := ag.RunCode(r.Context(), req, nil)
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		if !wantsEventStream(r) {
+			res, err := ag.RunCode(r.Context(), req, nil)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, res)
+			return nil
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		st := newSSEStream(w, cancel)
+		stop := st.keepAlive(s.pingInterval)
+		var complete *api.CodeEvent
+		_, err = ag.RunCode(ctx, req, func(ev api.CodeEvent) {
+			if ev.Type == api.CodeEventComplete {
+				complete = &ev // sent by finish below, as the terminal event
+				return
+			}
+			_ = st.event(ev.Type, ev)
+		})
+		stop()
 		if err != nil {
-			return err
+			if st.closeIfUnstarted() {
+				return err
+			}
+			// "failure", not "error": an error event is the code's own
+			// exception and the run goes on; a failure ends the stream.
+			e := api.ErrorBody(err)
+			_ = st.finish(codeFailureEvent, codeFailure{Type: codeFailureEvent, Failure: &e})
+			return nil
 		}
-		writeJSON(w, http.StatusOK, res)
+		_ = st.finish(api.CodeEventComplete, complete)
 		return nil
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	st := newSSEStream(w, cancel)
-	stop := st.keepAlive(s.pingInterval)
-	var complete *api.CodeEvent
-	_, err = ag.RunCode(ctx, req, func(ev api.CodeEvent) {
-		if ev.Type == api.CodeEventComplete {
-			complete = &ev // sent by finish below, as the terminal event
-			return
-		}
-		_ = st.event(ev.Type, ev)
 	})
-	stop()
-	if err != nil {
-		if st.closeIfUnstarted() {
-			return err
-		}
-		// "failure", not "error": an error event is the code's own
-		// exception and the run goes on; a failure ends the stream.
-		e := api.ErrorBody(err)
-		_ = st.finish(codeFailureEvent, codeFailure{Type: codeFailureEvent, Failure: &e})
-		return nil
-	}
-	_ = st.finish(api.CodeEventComplete, complete)
-	return nil
 }
 
 // codeFailureEvent ends a run stream that could not complete (the sandbox

@@ -36,17 +36,14 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) error {
 	if err := validateStartProcess(&req); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	info, err := ag.StartProcess(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, info)
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		info, err := ag.StartProcess(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, info)
+		return nil
+	})
 }
 
 func (s *server) listProcesses(w http.ResponseWriter, r *http.Request) error {
@@ -60,25 +57,34 @@ func (s *server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	list, err := ag.ListProcesses(r.Context(), sid)
-	if err != nil {
-		return err
-	}
-	if list == nil {
-		list = []api.ProcessInfo{}
-	}
-	writeJSON(w, http.StatusOK, api.ProcessList{Processes: list})
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		list, err := ag.ListProcesses(r.Context(), sid)
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []api.ProcessInfo{}
+		}
+		writeJSON(w, http.StatusOK, api.ProcessList{Processes: list})
+		return nil
+	})
 }
 
 // withProcess runs fn for the process named in the path.
 func (s *server) withProcess(r *http.Request, fn func(ag *agentclient.Client, id string) error) error {
 	return s.withAgentObject(r, "process", fn)
+}
+
+// withAgent wakes the named sandbox (already validated), runs fn with its
+// agent, and releases the sandbox when fn returns (for a stream: when the
+// stream ends).
+func (s *server) withAgent(ctx context.Context, name string, fn func(ag *agentclient.Client) error) error {
+	ag, release, err := s.agent(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fn(ag)
 }
 
 // withAgentObject is the shape shared by routes on one dev-loop object
@@ -94,12 +100,9 @@ func (s *server) withAgentObject(r *http.Request, kind string, fn func(ag *agent
 	if err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return fn(ag, id)
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		return fn(ag, id)
+	})
 }
 
 func (s *server) getProcess(w http.ResponseWriter, r *http.Request) error {
@@ -141,17 +144,14 @@ func (s *server) killAllProcesses(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	n, err := ag.KillAllProcesses(r.Context(), agentclient.KillOptions{Grace: grace})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, api.KillAllResult{Killed: n})
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		n, err := ag.KillAllProcesses(r.Context(), agentclient.KillOptions{Grace: grace})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, api.KillAllResult{Killed: n})
+		return nil
+	})
 }
 
 // processLogs answers with the buffered logs as JSON, or, with

@@ -38,18 +38,15 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := validateCreateSession(&req); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	info, err := ag.CreateSession(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Location", "/v1/sandboxes/"+url.PathEscape(name)+"/sessions/"+url.PathEscape(info.ID))
-	writeJSON(w, http.StatusCreated, info)
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		info, err := ag.CreateSession(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Location", "/v1/sandboxes/"+url.PathEscape(name)+"/sessions/"+url.PathEscape(info.ID))
+		writeJSON(w, http.StatusCreated, info)
+		return nil
+	})
 }
 
 func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
@@ -57,20 +54,17 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	list, err := ag.ListSessions(r.Context())
-	if err != nil {
-		return err
-	}
-	if list == nil {
-		list = []api.SessionInfo{}
-	}
-	writeJSON(w, http.StatusOK, api.SessionList{Sessions: list})
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		list, err := ag.ListSessions(r.Context())
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []api.SessionInfo{}
+		}
+		writeJSON(w, http.StatusOK, api.SessionList{Sessions: list})
+		return nil
+	})
 }
 
 // withSession runs fn for the session named in the path.
@@ -167,15 +161,12 @@ func (s *server) gitCheckout(w http.ResponseWriter, r *http.Request) error {
 	if err := validateGitCheckout(&req); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	res, err := ag.GitCheckout(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		res, err := ag.GitCheckout(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	})
 }

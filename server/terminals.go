@@ -30,17 +30,14 @@ func (s *server) createTerminal(w http.ResponseWriter, r *http.Request) error {
 	if err := validateCreateTerminal(&req); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	t, err := ag.CreateTerminal(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, t)
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		t, err := ag.CreateTerminal(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, t)
+		return nil
+	})
 }
 
 func (s *server) listTerminals(w http.ResponseWriter, r *http.Request) error {
@@ -48,20 +45,17 @@ func (s *server) listTerminals(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	list, err := ag.ListTerminals(r.Context())
-	if err != nil {
-		return err
-	}
-	if list == nil {
-		list = []api.Terminal{}
-	}
-	writeJSON(w, http.StatusOK, api.TerminalList{Terminals: list})
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		list, err := ag.ListTerminals(r.Context())
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []api.Terminal{}
+		}
+		writeJSON(w, http.StatusOK, api.TerminalList{Terminals: list})
+		return nil
+	})
 }
 
 func (s *server) deleteTerminal(w http.ResponseWriter, r *http.Request) error {
@@ -73,16 +67,13 @@ func (s *server) deleteTerminal(w http.ResponseWriter, r *http.Request) error {
 	if err := validateTermID(id); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if err := ag.DeleteTerminal(r.Context(), id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		if err := ag.DeleteTerminal(r.Context(), id); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
 }
 
 // terminalWS relays a user's WebSocket to the agent's terminal WebSocket.
@@ -121,31 +112,28 @@ func (s *server) terminalWS(w http.ResponseWriter, r *http.Request) error {
 	if err := checkSameOrigin(r); err != nil {
 		return err
 	}
-	ag, release, err := s.agent(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	actx, cancel := context.WithTimeout(r.Context(), terminalAttachTimeout)
-	agentConn, err := ag.AttachTerminal(actx, id, agentclient.AttachOptions{Create: create, Cols: cols, Rows: rows})
-	cancel()
-	if err != nil {
-		return err
-	}
-	// Default options: the library refuses an Origin whose host differs
-	// from the request's Host with 403 (checked above already; this is
-	// the second lock). The console is served from the same origin.
-	userConn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
-	if err != nil {
-		agentConn.Close(websocket.StatusGoingAway, "")
-		return nil // Accept has answered the request
-	}
-	// The relay outlives nothing but this handler; the hijacked
-	// connection is not tied to r.Context, so end of either side ends it.
-	if err := agentclient.ProxyTerminal(r.Context(), userConn, agentConn); err != nil && !errors.Is(err, context.Canceled) {
-		s.opts.Logf("terminal %s/%s: %v", name, id, err)
-	}
-	return nil
+	return s.withAgent(r.Context(), name, func(ag *agentclient.Client) error {
+		actx, cancel := context.WithTimeout(r.Context(), terminalAttachTimeout)
+		agentConn, err := ag.AttachTerminal(actx, id, agentclient.AttachOptions{Create: create, Cols: cols, Rows: rows})
+		cancel()
+		if err != nil {
+			return err
+		}
+		// Default options: the library refuses an Origin whose host differs
+		// from the request's Host with 403 (checked above already; this is
+		// the second lock). The console is served from the same origin.
+		userConn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+		if err != nil {
+			agentConn.Close(websocket.StatusGoingAway, "")
+			return nil // Accept has answered the request
+		}
+		// The relay outlives nothing but this handler; the hijacked
+		// connection is not tied to r.Context, so end of either side ends it.
+		if err := agentclient.ProxyTerminal(r.Context(), userConn, agentConn); err != nil && !errors.Is(err, context.Canceled) {
+			s.opts.Logf("terminal %s/%s: %v", name, id, err)
+		}
+		return nil
+	})
 }
 
 // checkSameOrigin refuses a browser request whose Origin is not the host it

@@ -33,10 +33,9 @@ const (
 )
 
 var (
-	sandboxNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelKeyRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$`)
-	instanceRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$`)
+	instanceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 )
 
 // ValidateSandboxName reports whether name is a valid sandbox name:
@@ -44,12 +43,7 @@ var (
 // host paths, cgroup names and netns names, so the server checks them itself
 // rather than trusting every layer below to: "../x", "a/b", NUL or newlines
 // can never reach the backend.
-func ValidateSandboxName(name string) error {
-	if !sandboxNameRE.MatchString(name) {
-		return errdefs.InvalidArgument("invalid sandbox name %q: use 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", name)
-	}
-	return nil
-}
+func ValidateSandboxName(name string) error { return api.ValidateSandboxName(name) }
 
 func validateCreate(req *api.CreateSandboxRequest) error {
 	if err := ValidateSandboxName(req.Name); err != nil {
