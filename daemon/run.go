@@ -11,7 +11,6 @@ import (
 	"io"
 	"log"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -219,12 +218,7 @@ func Run(ctx context.Context, cfg Config) error {
 		*controller.Manager
 		images
 	}{mgr, images{imgs}}
-	srv := &http.Server{
-		Handler:           web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version})),
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		IdleTimeout:       2 * time.Minute,
-	}
+	srv := server.NewHTTPServer("", web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version})))
 	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n",
 		Version, url, key, filepath.Join(cfg.DataDir, "client.json"))
 	psrv := preview.NewServer("", prox)
