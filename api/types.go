@@ -147,12 +147,15 @@ type ExistsResponse struct {
 
 // Image is one image in the local store.
 type Image struct {
-	Name      string    `json:"name,omitempty"` // named image, if any
-	Ref       string    `json:"ref,omitempty"`  // where it came from
-	Digest    string    `json:"digest"`         // manifest digest, sha256:…
-	Size      int64     `json:"size"`           // compressed layer bytes
-	Layers    int       `json:"layers"`
-	CreatedAt time.Time `json:"createdAt"`
+	Name   string `json:"name,omitempty"` // named image, if any
+	Ref    string `json:"ref,omitempty"`  // where it came from
+	Digest string `json:"digest"`         // manifest digest, sha256:…
+	Size   int64  `json:"size"`           // compressed layer bytes
+	Layers int    `json:"layers"`
+	// Labels of the image config. build-base images carry
+	// "sh.berth.base-recipe", which changes whenever the recipe does.
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"createdAt"`
 }
 
 // ImageList is the body of GET /v1/images.

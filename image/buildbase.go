@@ -3,6 +3,7 @@ package image
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,6 +41,29 @@ var (
 	// (agent/interp.go): data analysis and charts out of the box.
 	aptPackages = []string{"npm", "python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib"}
 )
+
+// BaseRecipeLabel is the image label where BuildBase records BaseRecipe.
+const BaseRecipeLabel = "sh.berth.base-recipe"
+
+// baseRecipeVersion changes whenever finishRootfs or the build steps
+// change in a way that matters to sandboxes; the package lists are hashed
+// in by BaseRecipe.
+const baseRecipeVersion = 2
+
+// BaseRecipe identifies what BuildBase builds: its version and package
+// lists. An image whose label differs was built by an older berth and
+// lacks something this one expects (build-base --if-stale rebuilds it).
+func BaseRecipe() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\n%s\n%s\n", baseRecipeVersion, strings.Join(basePackages, ","), strings.Join(aptPackages, ","))
+	return fmt.Sprintf("v%d-%x", baseRecipeVersion, h.Sum(nil)[:6])
+}
+
+// IsCurrentBase reports whether an image with these labels was built by
+// this berth's BuildBase recipe.
+func IsCurrentBase(labels map[string]string) bool {
+	return labels[BaseRecipeLabel] == BaseRecipe()
+}
 
 const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -170,6 +194,7 @@ func (s *Store) BuildBase(ctx context.Context, opts BuildBaseOptions, progress f
 			Env:        []string{basePath, "LANG=C.UTF-8"},
 			WorkingDir: "/",
 			Cmd:        []string{"/bin/bash"},
+			Labels:     map[string]string{BaseRecipeLabel: BaseRecipe()},
 		},
 		RootFS:  v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{diff}},
 		History: []v1.History{{Created: v1.Time{Time: time.Now().UTC().Truncate(time.Second)}, CreatedBy: "berth image build-base (debootstrap " + opts.Suite + ")"}},

@@ -102,6 +102,9 @@ func TestBuildBase(t *testing.T) {
 	if img.Name != "debian-trixie" || len(img.Layers) != 1 || lines < 10 {
 		t.Errorf("image %+v, %d lines", img, lines)
 	}
+	if !IsCurrentBase(img.APIImage().Labels) {
+		t.Errorf("built image does not carry the current recipe label: %v", img.Config.Labels)
+	}
 	got, err := s.Resolve(ctx, "debian-trixie")
 	must(t, err)
 	dirs, err := s.LayerDirs(ctx, got)
@@ -138,5 +141,18 @@ func TestBuildBase(t *testing.T) {
 		} else {
 			t.Logf("%v: %s", argv, strings.TrimSpace(string(out)))
 		}
+	}
+}
+
+func TestBaseRecipeChangesWithPackages(t *testing.T) {
+	before := BaseRecipe()
+	if !IsCurrentBase(map[string]string{BaseRecipeLabel: before}) || IsCurrentBase(nil) {
+		t.Fatal("IsCurrentBase does not compare the label")
+	}
+	saved := aptPackages
+	defer func() { aptPackages = saved }()
+	aptPackages = append(append([]string{}, saved...), "jq")
+	if BaseRecipe() == before {
+		t.Error("adding a package left the recipe unchanged; an old image would not be rebuilt")
 	}
 }

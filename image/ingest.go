@@ -86,7 +86,7 @@ func (s *Store) commit(ctx context.Context, rawManifest []byte, ref, nm string, 
 	img := &Image{Digest: digest, Ref: ref, Name: nm, CreatedAt: time.Now().UTC()}
 	img.Config = Config{
 		Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
-		Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd,
+		Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, Labels: cf.Config.Labels,
 	}
 	for i, l := range m.Layers {
 		if !digestRe.MatchString(l.Digest.String()) || !digestRe.MatchString(cf.RootFS.DiffIDs[i].String()) {

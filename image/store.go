@@ -67,6 +67,9 @@ type Config struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// Labels are the image config's labels; build-base records its
+	// recipe in BaseRecipeLabel.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // index is the persisted catalog. Images are keyed by manifest digest.
@@ -312,7 +315,8 @@ func (s *Store) List(ctx context.Context) ([]api.Image, error) {
 
 // APIImage converts img to its wire form.
 func (img *Image) APIImage() api.Image {
-	return api.Image{Name: img.Name, Ref: img.Ref, Digest: img.Digest, Size: img.Size, Layers: len(img.Layers), CreatedAt: img.CreatedAt}
+	return api.Image{Name: img.Name, Ref: img.Ref, Digest: img.Digest, Size: img.Size, Layers: len(img.Layers),
+		Labels: img.Config.Labels, CreatedAt: img.CreatedAt}
 }
 
 // Remove deletes a name (or pulled ref) — and the image too once nothing

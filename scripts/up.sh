@@ -32,10 +32,8 @@ for _ in $(seq 1 100); do
 done
 curl -fsS "http://$listen/v1/health" >/dev/null || { echo "berth serve did not come up; see $log" >&2; tail -20 "$log" >&2; exit 1; }
 
-if ! berth --data "$data" image ls | grep -q debian-trixie; then
-  echo "==> building the default image debian-trixie with debootstrap (about 2 minutes, once)"
-  berth --data "$data" image build-base
-fi
+echo "==> the default image debian-trixie (built with debootstrap if missing or from an older recipe: about 2 minutes, once)"
+berth --data "$data" image build-base --if-stale
 
 echo "==> a sandbox answering node -v"
 berth --data "$data" sandbox create hello --get >/dev/null

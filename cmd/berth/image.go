@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/image"
 )
 
 func (a *app) imageCmd() *cobra.Command {
@@ -114,20 +115,37 @@ Examples:
 }
 
 func (a *app) imageBuildBaseCmd() *cobra.Command {
-	return &cobra.Command{
+	var ifStale bool
+	cmd := &cobra.Command{
 		Use:   "build-base",
 		Short: "Build the default debian-trixie image",
 		Long: `Build debian-trixie, the default sandbox image (bash, git, curl, Node.js,
-Python 3), from Debian packages on this host, without a container
-registry. Run it once after installing berth; it takes a few minutes.
+npm, Python 3 with numpy, pandas and matplotlib), from Debian packages on
+this host, without a container registry. Run it once after installing
+berth; it takes a few minutes. The image records the recipe it was built
+from (label sh.berth.base-recipe); with --if-stale the build is skipped
+when debian-trixie exists and was built from this berth's recipe.
 
-Example:
-  berth image build-base`,
+Examples:
+  berth image build-base
+  berth image build-base --if-stale   # after upgrading berth`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if ifStale {
+				imgs, err := c.ListImages(cmd.Context())
+				if err != nil {
+					return err
+				}
+				for _, img := range imgs {
+					if img.Name == "debian-trixie" && image.IsCurrentBase(img.Labels) {
+						a.printImage("up to date", img)
+						return nil
+					}
+				}
 			}
 			img, err := c.BuildBase(cmd.Context(), a.printProgress)
 			if err != nil {
@@ -137,6 +155,8 @@ Example:
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&ifStale, "if-stale", false, "build only if debian-trixie is missing or from an older recipe")
+	return cmd
 }
 
 func (a *app) imageLsCmd() *cobra.Command {

@@ -21,15 +21,25 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/image"
 )
 
 // The test daemon uses its own bridge, subnet, run dir and data dir, so it
-// never touches a berth that runs on the same machine.
-const (
-	itBridge = "berthit0"
-	itSubnet = "10.211.0.0/16"
-	itRunDir = "/run/berth-it"
+// never touches a berth that runs on the same machine. BERTH_IT_ID (a digit)
+// gives a second checkout its own set, so two suites can run side by side.
+var (
+	itID     = os.Getenv("BERTH_IT_ID")
+	itBridge = "berthit0" + itID
+	itSubnet = "10.21" + itIDDigit() + ".0.0/16"
+	itRunDir = "/run/berth-it" + itID
 )
+
+func itIDDigit() string {
+	if len(itID) == 1 && itID[0] >= '1' && itID[0] <= '9' {
+		return itID
+	}
+	return "1"
+}
 
 var (
 	binDir  string
@@ -58,7 +68,7 @@ func TestMain(m *testing.M) {
 	// per machine; sandboxes from an earlier run are destroyed below.
 	dataDir = os.Getenv("BERTH_IT_DATA")
 	if dataDir == "" {
-		dataDir = "/var/tmp/berth-it"
+		dataDir = "/var/tmp/berth-it" + itID
 	}
 	var err error
 	d, err = startDaemon(nil)
@@ -101,7 +111,7 @@ func freePort() string {
 func startDaemon(env []string) (*daemonProc, error) {
 	listen := freePort()
 	previewListen := freePort()
-	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-it-daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-it"+itID+"-daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +169,11 @@ func ensureBaseImage(c *client.Client) error {
 		return err
 	}
 	for _, i := range imgs {
-		if i.Name == "debian-trixie" {
+		if i.Name == "debian-trixie" && image.IsCurrentBase(i.Labels) {
 			return nil
 		}
 	}
-	fmt.Println("building debian-trixie base image (once per machine)…")
+	fmt.Println("building debian-trixie base image (missing, or from an older recipe)…")
 	t0 := time.Now()
 	_, err = c.BuildBase(ctx, func(p api.Progress) {
 		if p.Message != "" {
