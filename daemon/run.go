@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/network"
 	"github.com/berth-sh/berth/preview"
 	"github.com/berth-sh/berth/rootfs"
@@ -100,6 +101,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("berth serve must run as root (it creates namespaces, cgroups and mounts)")
 	}
 	logf := log.New(os.Stderr, "berth: ", log.LstdFlags).Printf
+	if off := weaken.Active(); len(off) > 0 {
+		logf("WARNING: %s=%s switches protections OFF (test-only negative controls): %s",
+			weaken.EnvVar, strings.Join(off, ","), strings.Join(off, ", "))
+	}
 	for _, d := range []string{cfg.DataDir, cfg.RunDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
