@@ -367,3 +367,28 @@ func TestPendingLayersAfterRestart(t *testing.T) {
 		t.Fatalf("this boot's layer is still pending after NewCache flushed it: %v", err)
 	}
 }
+
+// A blob over the memory spool's size moves to disk mid-copy and is still
+// verified and unpacked whole; a tampered one is still refused.
+func TestCacheSpoolsLargeBlobsToDisk(t *testing.T) {
+	needRoot(t)
+	saved := memSpoolMax
+	memSpoolMax = 64
+	defer func() { memSpoolMax = saved }()
+	c, _ := newCache(t, Limits{})
+	blob := smallLayer(t, strings.Repeat("spooled ", 4096))
+	if int64(len(blob)) <= memSpoolMax {
+		t.Fatalf("blob of %d bytes does not exceed the spool limit", len(blob))
+	}
+	var calls int64
+	p, err := c.Layer(context.Background(), "snap_big", shaHex(blob), memBlobs{"k": blob}.opener("k", &calls))
+	must(t, err)
+	if b, err := os.ReadFile(filepath.Join(p, "dir/file")); err != nil || string(b) != strings.Repeat("spooled ", 4096) {
+		t.Fatalf("layer content after a disk spool: %d bytes, %v", len(b), err)
+	}
+	bad := append([]byte(nil), blob...)
+	bad[len(bad)-1] ^= 1
+	if _, err := c.Layer(context.Background(), "snap_bad", shaHex(blob[:len(blob)-1]), memBlobs{"k": bad}.opener("k", &calls)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("tampered large blob: %v, want invalid-argument", err)
+	}
+}
