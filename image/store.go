@@ -301,7 +301,7 @@ func (s *Store) List(ctx context.Context) ([]api.Image, error) {
 			names = []string{""}
 		}
 		for _, n := range names {
-			out = append(out, api.Image{Name: n, Ref: r.Ref, Digest: d, Size: r.Size, Layers: len(r.Layers), CreatedAt: r.CreatedAt})
+			out = append(out, api.Image{Name: n, Ref: r.Ref, Digest: d, Size: r.Size, Layers: len(r.Layers), Labels: r.Config.Labels, CreatedAt: r.CreatedAt})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

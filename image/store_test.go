@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berth-sh/berth/api"
@@ -222,7 +223,8 @@ func TestPullNotFound(t *testing.T) {
 func TestImportDockerSave(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
-	src := randomImage(t)
+	src, err := mutate.Config(randomImage(t), v1.Config{Labels: map[string]string{"org.example.team": "app"}})
+	must(t, err)
 	tag, err := name.NewTag("example.com/team/app:1.0")
 	must(t, err)
 	var buf bytes.Buffer
@@ -245,6 +247,12 @@ func TestImportDockerSave(t *testing.T) {
 	must(t, err)
 	if len(dirs) != 2 {
 		t.Errorf("dirs = %v", dirs)
+	}
+	// Labels reach the wire form both ways an image is listed.
+	list, err := s.List(ctx)
+	must(t, err)
+	if len(list) == 0 || list[0].Labels["org.example.team"] != "app" || img.APIImage().Labels["org.example.team"] != "app" {
+		t.Errorf("labels lost: list %+v, image %+v", list, img.APIImage())
 	}
 }
 
