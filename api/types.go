@@ -38,6 +38,9 @@ type CreateSandboxRequest struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// Persist is "none" (default) or "disk": see PersistDisk.
 	Persist string `json:"persist,omitempty"`
+	// Network is the egress policy; when set, its Internet overrides the
+	// Internet field above. It applies at once to a running sandbox.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // Sandbox is the controller's view of one named sandbox.
@@ -63,6 +66,7 @@ type Sandbox struct {
 	OOMKilled   bool              `json:"oomKilled,omitempty"`
 	Snapshot    string            `json:"snapshot,omitempty"` // the snapshot it started from
 	Persist     string            `json:"persist,omitempty"`
+	Network     *NetworkPolicy    `json:"network,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/blob"
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/preview"
 	"github.com/berth-sh/berth/server"
@@ -37,8 +38,12 @@ type Config struct {
 	AgentBinary string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
-	// DNS servers written to each sandbox's resolv.conf when it has internet.
+	// DNS servers written to each sandbox's resolv.conf when it has internet
+	// (with Egress: always, since they are berth's resolver).
 	DNS []string
+	// Egress, when set, enforces network policies through the egress
+	// proxy; without it only the internet flag applies.
+	Egress Egress
 	// AlarmTick is how often idle sandboxes are checked; default 1s.
 	AlarmTick time.Duration
 	// StartTimeout bounds one container start (agent ready); default 30s.
@@ -204,6 +209,11 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			return api.Sandbox{}, false, errdefs.InvalidArgument("invalid env name %q", k)
 		}
 	}
+	if req.Network != nil {
+		if _, err := egress.Compile(*req.Network); err != nil {
+			return api.Sandbox{}, false, err
+		}
+	}
 	a, err := m.lock(ctx, req.Name)
 	if err != nil {
 		return api.Sandbox{}, false, err
@@ -218,6 +228,11 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 		// names them applies to the next start (now, if it sleeps).
 		if err := applyStartOptions(&a.rec, req); err != nil {
 			return api.Sandbox{}, false, err
+		}
+		if req.Network != nil {
+			if err := m.setNetworkLocked(ctx, a, *req.Network); err != nil {
+				return api.Sandbox{}, false, err
+			}
 		}
 	} else {
 		instance, res, err := resolveInstance(req.Instance, req.Resources)
@@ -234,6 +249,11 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			Instance: instance, Resources: res, Internet: req.Internet != nil && *req.Internet,
 			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
+		}
+		if req.Network != nil {
+			p := *req.Network
+			p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
+			a.rec.Network, a.rec.Internet = &p, p.Internet
 		}
 		switch req.Persist {
 		case "", api.PersistNone:
@@ -290,6 +310,9 @@ func applyStartOptions(rec *store.Sandbox, req api.CreateSandboxRequest) error {
 	}
 	if req.Internet != nil {
 		rec.Internet = *req.Internet
+		if rec.Network != nil {
+			rec.Network.Internet = *req.Internet
+		}
 	}
 	if req.KeepAlive != nil {
 		rec.KeepAlive = *req.KeepAlive
@@ -370,6 +393,9 @@ func toAPI(r store.Sandbox) api.Sandbox {
 		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
 		Snapshot: r.Snapshot, Persist: r.Persist,
 	}
+	p := policyOf(r)
+	p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
+	s.Network = &p
 	if !r.StartedAt.IsZero() {
 		t := r.StartedAt
 		s.StartedAt = &t
@@ -406,6 +432,9 @@ func (m *Manager) Destroy(ctx context.Context, name string) error {
 	}
 	if err := m.st.Delete(ctx, name); err != nil {
 		return err
+	}
+	if m.cfg.Egress != nil {
+		m.cfg.Egress.Forget(name)
 	}
 	if p := a.rec.PersistSnapshot; p != "" {
 		if users, err := m.snapshotUsers(ctx, p); err == nil && len(users) == 0 {

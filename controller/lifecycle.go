@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 )
@@ -77,9 +78,25 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		return fmt.Errorf("mount rootfs: %w", err)
 	}
 	failpoint.Hit("start.rootfs-mounted")
-	att, err := m.cfg.Network.Setup(ctx, rec.ID, rec.Internet)
+	pol := policyOf(*rec)
+	att, err := m.cfg.Network.Setup(ctx, rec.ID, m.rawInternet(pol))
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
+	}
+	var extraEnv map[string]string
+	if m.cfg.Egress != nil {
+		// The CA goes into the writable layer before any process runs, so
+		// TLS clients trust intercepted hosts from the first request. A
+		// trust store the sandbox broke itself (a FIFO, a directory) only
+		// costs it injection, not its start.
+		if err := m.cfg.Egress.InstallCA(rootfs); err != nil {
+			m.cfg.Logf("sandbox %s: %v", a.name, err)
+			m.journal(ctx, a.name, "egress-ca", err.Error())
+		}
+		if err := m.cfg.Egress.Attach(a.name, att.IP, pol); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		extraEnv = egress.SandboxEnv()
 	}
 	failpoint.Hit("start.network-ready")
 
@@ -96,13 +113,13 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		}
 	}
 	_ = os.Remove(filepath.Join(agentDir, socketNameInSandbox))
-	if err := m.writeEtc(etcDir, a.name, att, rec.Internet); err != nil {
+	if err := m.writeEtc(etcDir, a.name, att, rec.Internet || m.cfg.Egress != nil); err != nil {
 		return err
 	}
 	b := Bundle{
 		ID: rec.ID, Hostname: a.name, RootfsPath: rootfs,
 		Args:        []string{agentPathInSandbox, "--socket", socketDirInSandbox + "/" + socketNameInSandbox},
-		Env:         sandboxEnv(img.Env, rec.Env, a.name),
+		Env:         sandboxEnv(img.Env, extraEnv, rec.Env, a.name),
 		Cwd:         "/",
 		MilliCPU:    int64(rec.Resources.VCPU * 1000),
 		MemoryBytes: rec.Resources.MemoryMiB << 20,
@@ -174,9 +191,10 @@ func (m *Manager) writeEtc(dir, name string, att Attachment, internet bool) erro
 	return nil
 }
 
-// sandboxEnv is the agent's environment: image env, then sandbox env (which
-// wins), then BERTH_SANDBOX. Sorted so the spec is deterministic.
-func sandboxEnv(image []string, env map[string]string, name string) []string {
+// sandboxEnv is the agent's environment: image env, then berth's (the
+// egress CA paths), then sandbox env (which wins), then BERTH_SANDBOX.
+// Sorted so the spec is deterministic.
+func sandboxEnv(image []string, berth, env map[string]string, name string) []string {
 	merged := map[string]string{}
 	for _, kv := range image {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -186,8 +204,10 @@ func sandboxEnv(image []string, env map[string]string, name string) []string {
 	if merged["PATH"] == "" {
 		merged["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
-	for k, v := range env {
-		merged[k] = v
+	for _, m := range []map[string]string{berth, env} {
+		for k, v := range m {
+			merged[k] = v
+		}
 	}
 	merged["BERTH_SANDBOX"] = name
 	out := make([]string, 0, len(merged))
@@ -211,6 +231,9 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 	}
 	if m.cfg.Runtime.OOMKilled(id) {
 		a.rec.OOMKilled = true
+	}
+	if m.cfg.Egress != nil {
+		m.cfg.Egress.Detach(a.name)
 	}
 	_ = m.cfg.Runtime.Kill(ctx, id, syscall.SIGKILL)
 	if err := m.cfg.Runtime.Delete(ctx, id, true); err != nil {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -136,6 +137,14 @@ func (m *Manager) adopt(ctx context.Context, a *actor, c Container) bool {
 			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			_, err := ag.Health(hctx)
 			cancel()
+			if err == nil && m.cfg.Egress != nil {
+				ip, perr := netip.ParseAddr(rec.IP)
+				if perr == nil {
+					err = m.cfg.Egress.Attach(a.name, ip, policyOf(*rec))
+				} else {
+					err = fmt.Errorf("egress: no address recorded: %w", perr)
+				}
+			}
 			if err == nil {
 				a.agent = ag
 				if rec.State != api.StateRunning {

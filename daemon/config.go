@@ -19,6 +19,22 @@ type Config struct {
 	UpperSize     int64         // bytes for the sparse btrfs file holding writable layers; default 64 GiB
 	AlarmTick     time.Duration // how often due alarms are checked; default 1s
 	Blobs         BlobConfig
+	Egress        EgressConfig
+}
+
+// EgressConfig configures the egress proxy and resolver (package egress).
+type EgressConfig struct {
+	ProxyPort uint16 // on the bridge address; default 3129
+	DNSPort   uint16 // on the bridge address; default 53
+	// Upstream is the DNS server names are resolved with (host:port);
+	// default: the first nameserver of the host's /etc/resolv.conf.
+	Upstream string
+	// OpenPrivate are private CIDRs sandboxes may reach when their policy
+	// allows (by default every private range is blocked).
+	OpenPrivate []string
+	// UpstreamCA is a PEM file of extra roots trusted when the proxy
+	// re-originates TLS (a private PKI, or a test's CA).
+	UpstreamCA string
 }
 
 // BlobConfig chooses the blob store for snapshots and backups: a local

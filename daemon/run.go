@@ -145,11 +145,26 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("--subnet %q: %w", cfg.Subnet, err)
 	}
-	nm, err := network.New(ctx, network.Config{Bridge: cfg.Bridge, Subnet: subnet, NetNSDir: filepath.Join(cfg.RunDir, "netns"), Table: cfg.Bridge})
+	if cfg.Egress.ProxyPort == 0 {
+		cfg.Egress.ProxyPort = 3129
+	}
+	if cfg.Egress.DNSPort == 0 {
+		cfg.Egress.DNSPort = 53
+	}
+	nm, err := network.New(ctx, network.Config{Bridge: cfg.Bridge, Subnet: subnet, NetNSDir: filepath.Join(cfg.RunDir, "netns"), Table: cfg.Bridge,
+		ProxyPort: cfg.Egress.ProxyPort, DNSPort: cfg.Egress.DNSPort})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	defer nm.Close()
+	var mgr *controller.Manager
+	eg, err := startEgress(ctx, cfg, subnet, func(ctx context.Context, name string) (string, bool, error) {
+		return mgr.Secret(ctx, name)
+	}, logf)
+	if err != nil {
+		return err
+	}
+	defer eg.Close()
 	rt := runtime.New(cfg.Runtime, filepath.Join(cfg.RunDir, "runc"))
 
 	blobs, blobDesc, err := openBlobs(ctx, cfg)
@@ -180,7 +195,6 @@ func Run(ctx context.Context, cfg Config) error {
 		pcfg.PublicHost = "localhost:" + strconv.Itoa(pln.Addr().(*net.TCPAddr).Port)
 	}
 	previewBase := "http://" + pln.Addr().String() // path form: no wildcard DNS needed
-	var mgr *controller.Manager
 	prox := preview.NewProxy(preview.ResolverFunc(func(ctx context.Context, s string, p int, t string) (preview.Exposure, preview.DialFunc, error) {
 		return mgr.Lookup(ctx, s, p, t)
 	}), pcfg)
@@ -194,7 +208,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Runtime:     rtAdapter{r: rt, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
 		RunDir:      cfg.RunDir,
 		AgentBinary: agentBin,
-		DNS:         hostDNS(),
+		DNS:         []string{network.Gateway(subnet).String()},
+		Egress:      eg,
 		AlarmTick:   cfg.AlarmTick,
 		Logf:        logf,
 	})
@@ -306,9 +321,8 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	return os.Rename(tmp, dst)
 }
 
-// hostDNS returns the host's non-loopback nameservers for sandboxes with
-// internet; loopback resolvers (systemd-resolved) are unreachable from a
-// sandbox, so they are skipped.
+// hostDNS returns the host's nameservers: the egress resolver runs on
+// the host, so loopback resolvers (systemd-resolved) are fine upstreams.
 func hostDNS() []string {
 	f, err := os.Open("/etc/resolv.conf")
 	if err != nil {
@@ -320,7 +334,7 @@ func hostDNS() []string {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) == 2 && fields[0] == "nameserver" {
-			if a, err := netip.ParseAddr(fields[1]); err == nil && !a.IsLoopback() {
+			if a, err := netip.ParseAddr(fields[1]); err == nil {
 				out = append(out, a.String())
 			}
 		}

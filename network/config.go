@@ -20,6 +20,16 @@ type Config struct {
 	// connect to (for a host-side egress proxy). Empty by default: a sandbox
 	// reaches no host service at all.
 	HostTCPPorts []uint16
+	// HostUDPPorts are the same for UDP.
+	HostUDPPorts []uint16
+
+	// ProxyPort, when set, redirects every TCP connection a sandbox opens
+	// (to any destination) to this port on the gateway address, where the
+	// egress proxy reads the original destination (SO_ORIGINAL_DST).
+	// DNSPort likewise catches every DNS query (UDP and TCP port 53) for
+	// berth's resolver. Both are added to the host ports above.
+	ProxyPort uint16
+	DNSPort   uint16
 }
 
 // Attachment is what a runtime needs to put a sandbox on the network.
@@ -60,6 +70,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.Table = defaultTable
 	}
 	c.Subnet = c.Subnet.Masked()
+	if c.ProxyPort != 0 {
+		c.HostTCPPorts = append(c.HostTCPPorts, c.ProxyPort)
+	}
+	if c.DNSPort != 0 {
+		c.HostTCPPorts = append(c.HostTCPPorts, c.DNSPort)
+		c.HostUDPPorts = append(c.HostUDPPorts, c.DNSPort)
+	}
 	if len(c.Bridge) > 15 || !validName(c.Bridge, 15) {
 		return c, errdefs.InvalidArgument("bridge name %q must be 1-15 characters of [A-Za-z0-9_.-]", c.Bridge)
 	}
@@ -116,3 +133,8 @@ func hostVethName(bridge, id string) string {
 func vethAlias(bridge, id string) string { return aliasPrefix(bridge) + id }
 
 func aliasPrefix(bridge string) string { return "berth:" + bridge + ":" }
+
+// Gateway is the address the bridge holds in subnet (its first host
+// address): sandboxes' default route, and where host-side services for
+// sandboxes (the egress proxy and resolver) listen.
+func Gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }

@@ -153,6 +153,24 @@ func ctEstablishedOrRelated() []expr.Any {
 	}
 }
 
+func l4proto(p byte) []expr.Any { return metaCmp(expr.MetaKeyL4PROTO, expr.CmpOpEq, []byte{p}) }
+
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+	}
+}
+
+// redirectTo rewrites the destination to the incoming interface's primary
+// address (the gateway, on the bridge) and port.
+func redirectTo(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
 func payloadNet(off uint32, reg uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4}
 }
@@ -233,13 +251,15 @@ func (m *Manager) install(internet []netip.Addr, ports []portElem, h holes) erro
 	in := base(o.inet, "input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
 	if !h.input {
 		c.AddRule(rule(o.inet, in, iif(br), ctEstablishedOrRelated(), accept))
-		for _, port := range m.cfg.HostTCPPorts {
-			c.AddRule(rule(o.inet, in, iif(br), isIPv4(),
-				metaCmp(expr.MetaKeyL4PROTO, expr.CmpOpEq, []byte{unix.IPPROTO_TCP}),
-				payloadNet(16, 1), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ip4(gw)},
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
-				accept))
+		for _, hp := range []struct {
+			proto byte
+			ports []uint16
+		}{{unix.IPPROTO_TCP, m.cfg.HostTCPPorts}, {unix.IPPROTO_UDP, m.cfg.HostUDPPorts}} {
+			for _, port := range hp.ports {
+				c.AddRule(rule(o.inet, in, iif(br), isIPv4(), l4proto(hp.proto),
+					payloadNet(16, 1), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ip4(gw)},
+					dport(port), accept))
+			}
 		}
 		c.AddRule(rule(o.inet, in, iif(br), drop))
 	}
@@ -265,6 +285,21 @@ func (m *Manager) install(internet []netip.Addr, ports []portElem, h holes) erro
 	c.AddRule(rule(o.inet, fw, oif(br), ctEstablishedOrRelated(), accept))
 	if !h.inbound {
 		c.AddRule(rule(o.inet, fw, oif(br), drop))
+	}
+
+	// prerouting (nat): hand every TCP connection and every DNS query a
+	// sandbox makes to the egress proxy and resolver on the gateway, so a
+	// sandbox's own resolver, /etc/hosts or a bare IP never bypass them.
+	if m.cfg.ProxyPort != 0 || m.cfg.DNSPort != 0 {
+		dnat := base(o.inet, "prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+		if m.cfg.DNSPort != 0 {
+			for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+				c.AddRule(rule(o.inet, dnat, iif(br), isIPv4(), l4proto(proto), dport(53), redirectTo(m.cfg.DNSPort)))
+			}
+		}
+		if m.cfg.ProxyPort != 0 {
+			c.AddRule(rule(o.inet, dnat, iif(br), isIPv4(), l4proto(unix.IPPROTO_TCP), redirectTo(m.cfg.ProxyPort)))
+		}
 	}
 
 	// postrouting: masquerade sandbox traffic that leaves the bridge.

@@ -109,6 +109,13 @@ var routes = []route{
 	{"DELETE", "/v1/sandboxes/{name}/code/contexts/{id}", (*server).deleteCodeContext},
 	{"POST", "/v1/sandboxes/{name}/code/contexts/{id}/restart", (*server).restartCodeContext},
 	{"POST", "/v1/sandboxes/{name}/code/run", (*server).runCode},
+	// Egress: egress.go.
+	{"GET", "/v1/sandboxes/{name}/network", (*server).getNetwork},
+	{"PUT", "/v1/sandboxes/{name}/network", (*server).setNetwork},
+	{"GET", "/v1/sandboxes/{name}/egress/log", (*server).egressLog},
+	{"GET", "/v1/secrets", (*server).listSecrets},
+	{"PUT", "/v1/secrets/{secret}", (*server).setSecret},
+	{"DELETE", "/v1/secrets/{secret}", (*server).deleteSecret},
 }
 
 type server struct {

@@ -48,6 +48,8 @@ type Sandbox struct {
 	RunID string
 	// Ports are the exposed ports (preview URLs), by port number.
 	Ports map[int]Exposure
+	// Network is the egress policy; nil means {Internet: Internet}.
+	Network *api.NetworkPolicy `json:",omitempty"`
 }
 
 // Exposure is one exposed port of a sandbox.
@@ -154,4 +156,22 @@ type Artifacts interface {
 	GetBackup(ctx context.Context, id string) (Backup, error)
 	ListBackups(ctx context.Context, sandbox string) ([]Backup, error)
 	DeleteBackup(ctx context.Context, id string) error
+}
+
+// Secrets keeps named secrets for credential injection. Values are only
+// ever read by the egress proxy on the host; the API never returns them.
+type Secrets interface {
+	PutSecret(ctx context.Context, name, value string) error
+	// GetSecret returns a secret's value, or an errdefs not-found error.
+	GetSecret(ctx context.Context, name string) (string, error)
+	// ListSecrets returns names and update times, ordered by name.
+	ListSecrets(ctx context.Context) ([]SecretInfo, error)
+	// DeleteSecret removes a secret; a missing name is not found.
+	DeleteSecret(ctx context.Context, name string) error
+}
+
+// SecretInfo describes a secret without its value.
+type SecretInfo struct {
+	Name      string
+	UpdatedAt time.Time
 }

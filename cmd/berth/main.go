@@ -128,6 +128,8 @@ Quick start:
 		a.portsCmd(),
 		a.benchCmd(),
 		a.runCodeCmd(),
+		a.egressCmd(),
+		a.secretCmd(),
 	)
 	return root
 }

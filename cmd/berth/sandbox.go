@@ -32,6 +32,7 @@ func (a *app) sandboxCreateCmd() *cobra.Command {
 		env, labels        []string
 		internet, keepLive bool
 		getOrCreate        bool
+		pf                 policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -57,7 +58,13 @@ Examples:
   berth sandbox create agent-47 --get --instance standard-1 --internet
   berth sandbox create ci-1 --image node --env NODE_ENV=test --label team=ci
   berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000
-  berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk`,
+  berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk
+  berth sandbox create agent-9 --allow api.github.com --allow '*.pypi.org' \
+    --inject 'host=api.github.com,header=Authorization,secret=github,prefix=Bearer'
+
+--allow, --deny and --inject set its network policy (see 'berth egress'):
+without --internet only allowed hosts are reachable; secrets named by
+--inject stay on the host ('berth secret set').`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
@@ -77,6 +84,13 @@ Examples:
 			}
 			if f.Changed("keep-alive") {
 				req.KeepAlive = &keepLive
+			}
+			if pf.set() {
+				p, err := pf.policy(internet)
+				if err != nil {
+					return err
+				}
+				req.Network = &p
 			}
 			c, err := a.client()
 			if err != nil {
@@ -107,6 +121,7 @@ Examples:
 	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
 	f.BoolVar(&getOrCreate, "get", false, "return the sandbox if it exists instead of failing")
 	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot's files (see 'berth snapshot ls')")
+	pf.register(cmd)
 	f.StringVar(&req.Persist, "persist", "", "none or disk: with disk, each sleep also snapshots its files to the blob store (default none)")
 	return cmd
 }

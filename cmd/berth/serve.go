@@ -54,6 +54,11 @@ Examples:
 	f.StringVar(&cfg.Blobs.S3Bucket, "s3-bucket", "berth", "S3 bucket")
 	f.StringVar(&cfg.Blobs.S3Region, "s3-region", "us-east-1", "S3 region")
 	f.StringVar(&cfg.Blobs.S3Prefix, "s3-prefix", "", "key prefix inside the bucket (ends in /)")
+	f.Uint16Var(&cfg.Egress.ProxyPort, "egress-proxy-port", 3129, "port on the bridge address where the egress proxy takes sandboxes' TCP")
+	f.Uint16Var(&cfg.Egress.DNSPort, "egress-dns-port", 53, "port on the bridge address where berth's resolver answers sandboxes")
+	f.StringVar(&cfg.Egress.Upstream, "egress-dns-upstream", "", "DNS server (host[:port]) the resolver and proxy use (default: first nameserver of /etc/resolv.conf)")
+	f.StringArrayVar(&cfg.Egress.OpenPrivate, "egress-open-private", nil, "private CIDR that sandbox policies may allow (repeatable); every private range is blocked otherwise")
+	f.StringVar(&cfg.Egress.UpstreamCA, "egress-upstream-ca", "", "PEM file of extra CA roots the proxy trusts when it re-originates TLS for injection")
 	f.Int64Var(&cfg.UpperSize, "upper-size", 64<<30, "bytes of the sparse btrfs file that holds every sandbox's writable layer")
 	return cmd
 }

@@ -24,6 +24,12 @@ const (
 	SandboxIsolate = "sandbox-isolate" // sandbox-to-sandbox traffic allowed
 	FilesConfine   = "files-confine"   // the files API does not pin paths to the root
 	PIDLimit       = "pid-limit"       // no pids limit
+
+	// Egress proxy (package egress).
+	EgressBlocklist = "egress-blocklist"  // the proxy and resolver reach always-blocked addresses
+	EgressPolicy    = "egress-policy"     // allow/deny/internet are not enforced (all allowed)
+	EgressPin       = "egress-pin"        // the proxy connects to the address the sandbox dialled
+	EgressHostMatch = "egress-host-match" // intercepted HTTPS is routed by Host, not SNI
 )
 
 var (

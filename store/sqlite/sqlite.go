@@ -52,7 +52,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// One connection: SQLite has one writer anyway, and a single
 	// connection makes every statement see the latest commit.
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, schema+artifactSchema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+artifactSchema+secretSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init state db %s: %w", path, err)
 	}
