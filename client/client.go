@@ -96,6 +96,9 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 		return nil, errdefs.InvalidArgument("building request %s %s: %v", r.method, r.path, err)
 	}
 	req.Header.Set("Authorization", c.auth)
+	if k, ok := ctx.Value(idemKey{}).(string); ok && k != "" && r.method != http.MethodGet {
+		req.Header.Set(api.IdempotencyKeyHeader, k)
+	}
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)
 	}

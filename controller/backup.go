@@ -13,6 +13,7 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -64,7 +65,10 @@ func (m *Manager) CreateBackup(ctx context.Context, name string, req api.BackupR
 	}
 	now := time.Now().UTC()
 	b := store.Backup{ID: id, Name: req.Name, Sandbox: name, Dir: req.Dir, SizeBytes: st.CompressedBytes,
-		SHA256: st.SHA256, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+		SHA256: st.SHA256, CreatedAt: now, ExpiresAt: now.Add(ttl), Tenant: policy.TenantFrom(ctx)}
+	if rec, err := m.st.Get(ctx, name); err == nil {
+		b.Tenant = rec.Tenant // the sandbox's owner, also when the operator takes it
+	}
 	if err := m.st.PutBackup(ctx, b); err != nil {
 		_ = m.cfg.Blobs.Delete(context.WithoutCancel(ctx), backupKey(id))
 		return api.Backup{}, err
@@ -81,15 +85,19 @@ func (m *Manager) ListBackups(ctx context.Context, sandbox string) ([]api.Backup
 	}
 	out := make([]api.Backup, 0, len(list))
 	for _, b := range list {
-		out = append(out, backupToAPI(b))
+		if mayUse(ctx, b.Tenant) {
+			out = append(out, backupToAPI(b))
+		}
 	}
 	return out, nil
 }
 
 // DeleteBackup implements server.Snapshots.
 func (m *Manager) DeleteBackup(ctx context.Context, id string) error {
-	if _, err := m.st.GetBackup(ctx, id); err != nil {
+	if b, err := m.st.GetBackup(ctx, id); err != nil {
 		return err
+	} else if !mayUse(ctx, b.Tenant) {
+		return errdefs.NotFound("backup %s not found", id)
 	}
 	if err := m.st.DeleteBackup(ctx, id); err != nil {
 		return err
@@ -130,6 +138,9 @@ func (m *Manager) RestoreBackup(ctx context.Context, id string, req api.RestoreB
 	b, err := m.st.GetBackup(ctx, id)
 	if err != nil {
 		return api.RestoreBackupResult{}, err
+	}
+	if !mayUse(ctx, b.Tenant) {
+		return api.RestoreBackupResult{}, errdefs.NotFound("backup %s not found", id)
 	}
 	dir := req.Dir
 	if dir == "" {

@@ -14,8 +14,10 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/blob"
+	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/preview"
 	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/store"
@@ -55,6 +57,9 @@ type Config struct {
 		Revoke(sandbox string, port int)
 	}
 	PreviewURLs func(preview.Exposure) (url, pathURL string)
+	// Policy is the operator policy every start must pass (admission.go);
+	// nil: only berth's built-in limits.
+	Policy *policy.Policy
 }
 
 // Manager is the set of sandbox controllers on this daemon.
@@ -64,6 +69,12 @@ type Manager struct {
 
 	mu     sync.Mutex
 	actors map[string]*actor // by name; guarded by mu
+
+	// objects, once attached (class.go), holds the persisted alarms.
+	objects *durable.Host
+
+	admitMu  sync.Mutex
+	reserved map[string]*store.Sandbox // admitted starts in flight; guarded by admitMu
 }
 
 // actor is the in-memory half of one sandbox's controller. Every lifecycle
@@ -84,6 +95,7 @@ type actor struct {
 	active     int       // running execs and open streams
 	lastActive time.Time // last API activity
 	savedSleep time.Time // SleepAt last persisted
+	alarmAt    time.Time // the durable alarm last armed (guarded by mu)
 }
 
 // ValidName reports whether s can name a sandbox. Names become host names
@@ -109,8 +121,21 @@ func New(cfg Config) *Manager {
 }
 
 // lock returns the actor for name with its mutex held, loading its record
-// from the store on first use.
+// from the store on first use. A caller with a tenant (policy.TenantFrom)
+// reaches only its own tenant's sandboxes.
 func (m *Manager) lock(ctx context.Context, name string) (*actor, error) {
+	a, err := m.lockAny(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if t := policy.TenantFrom(ctx); t != "" && a.exists && a.rec.Tenant != t {
+		a.mu.Unlock()
+		return nil, errdefs.PermissionDenied("sandbox %q belongs to another tenant", name)
+	}
+	return a, nil
+}
+
+func (m *Manager) lockAny(ctx context.Context, name string) (*actor, error) {
 	for {
 		m.mu.Lock()
 		a := m.actors[name]
@@ -174,10 +199,30 @@ func (m *Manager) save(ctx context.Context, a *actor) error {
 	}
 	a.rec.Version = v
 	a.exists = true
+	if m.objects != nil && !a.alarmAt.Equal(a.rec.SleepAt) {
+		// After the record: a crash in between leaves the record's
+		// alarm, which Reconcile re-arms (armAll).
+		if err := m.armAlarm(ctx, a.name, a.rec.SleepAt); err != nil {
+			return fmt.Errorf("persist alarm of sandbox %q: %w", a.name, err)
+		}
+		a.alarmAt = a.rec.SleepAt
+	}
 	return nil
 }
 
 func (m *Manager) journal(ctx context.Context, name, op, detail string) {
+	if m.objects != nil {
+		// Through the controller object's journal (package durable):
+		// same table and stream, with status and timestamps.
+		st, err := m.objects.StateOf(durable.Address{Class: SandboxClass, ID: name})
+		if err == nil {
+			err = st.Record(context.WithoutCancel(ctx), op, detail, nil, nil)
+		}
+		if err != nil {
+			m.cfg.Logf("journal %s %s: %v", name, op, err)
+		}
+		return
+	}
 	if err := m.st.Append(ctx, store.JournalEntry{Sandbox: name, Op: op, Detail: detail}); err != nil {
 		m.cfg.Logf("journal %s %s: %v", name, op, err)
 	}
@@ -191,8 +236,9 @@ func newID() string {
 	return "s" + hex.EncodeToString(b[:])
 }
 
-// GetOrCreate implements server.Sandboxes.
-func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error) {
+// getOrCreate is GetOrCreate's body (class.go runs it as a call on the
+// sandbox's controller object).
+func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error) {
 	if err := ValidName(req.Name); err != nil {
 		return api.Sandbox{}, false, err
 	}
@@ -234,6 +280,13 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 				return api.Sandbox{}, false, err
 			}
 		}
+		if a.rec.State != api.StateRunning {
+			release, err := m.admit(ctx, &a.rec)
+			if err != nil {
+				return api.Sandbox{}, false, err
+			}
+			defer release()
+		}
 	} else {
 		instance, res, err := resolveInstance(req.Instance, req.Resources)
 		if err != nil {
@@ -249,6 +302,7 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			Instance: instance, Resources: res, Internet: req.Internet != nil && *req.Internet,
 			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
+			Tenant: policy.TenantFrom(ctx),
 		}
 		if req.Network != nil {
 			p := *req.Network
@@ -272,6 +326,12 @@ func (m *Manager) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 				return api.Sandbox{}, false, err
 			}
 		}
+		release, err := m.admit(ctx, &a.rec)
+		if err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
+		defer release()
 		if err := m.save(ctx, a); err != nil {
 			m.drop(a)
 			return api.Sandbox{}, false, err
@@ -347,7 +407,11 @@ func (m *Manager) List(ctx context.Context, f server.ListFilter) ([]api.Sandbox,
 		return nil, err
 	}
 	out := []api.Sandbox{}
+	tenant := policy.TenantFrom(ctx)
 	for _, rec := range recs {
+		if tenant != "" && rec.Tenant != tenant {
+			continue
+		}
 		if f.State != "" && rec.State != f.State {
 			continue
 		}
@@ -407,9 +471,8 @@ func toAPI(r store.Sandbox) api.Sandbox {
 	return s
 }
 
-// Destroy implements server.Sandboxes: it removes the container, network,
-// writable layer and record. Destroying a missing sandbox is not found.
-func (m *Manager) Destroy(ctx context.Context, name string) error {
+// destroy is Destroy's body.
+func (m *Manager) destroy(ctx context.Context, name string) error {
 	if err := ValidName(name); err != nil {
 		return err
 	}
@@ -441,13 +504,16 @@ func (m *Manager) Destroy(ctx context.Context, name string) error {
 			_ = m.forgetSnapshot(ctx, p)
 		}
 	}
+	if err := m.armAlarm(ctx, name, time.Time{}); err != nil {
+		m.cfg.Logf("sandbox %s: disarm alarm: %v", name, err)
+	}
 	m.journal(ctx, name, "destroy", a.rec.ID)
 	m.drop(a)
 	return nil
 }
 
-// Sleep implements server.Sandboxes.
-func (m *Manager) Sleep(ctx context.Context, name string) error {
+// sleepNamed is Sleep's body.
+func (m *Manager) sleepNamed(ctx context.Context, name string) error {
 	if err := ValidName(name); err != nil {
 		return err
 	}

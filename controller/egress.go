@@ -81,6 +81,9 @@ func (m *Manager) SetNetwork(ctx context.Context, name string, p api.NetworkPoli
 
 func (m *Manager) setNetworkLocked(ctx context.Context, a *actor, p api.NetworkPolicy) error {
 	p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
+	if err := m.cfg.Policy.CheckNetwork(a.rec.Tenant, p.Internet, egressRules(&p)); err != nil {
+		return err
+	}
 	a.rec.Network, a.rec.Internet = &p, p.Internet
 	if err := m.save(ctx, a); err != nil {
 		return err

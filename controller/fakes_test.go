@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/store/sqlite"
 )
@@ -202,6 +203,7 @@ type rig struct {
 	net *fakeNet
 	rt  *fakeRuntime
 	cfg Config
+	h   *durable.Host // the object host the controller is attached to
 }
 
 func newRig(t *testing.T) *rig {
@@ -224,6 +226,11 @@ func newRig(t *testing.T) *rig {
 	r.cfg = Config{Store: st, Images: r.img, Rootfs: r.rfs, Network: r.net, Runtime: r.rt,
 		RunDir: runDir, AgentBinary: "/bin/true", Logf: t.Logf, StartTimeout: 5 * time.Second}
 	r.m = New(r.cfg)
+	// As the daemon runs it: the controller on package durable.
+	r.h = durable.NewHost(durable.Config{Store: st, Logf: t.Logf})
+	if err := r.m.AttachObjects(r.h); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		for id := range r.rt.running {
 			r.rt.Delete(context.Background(), id, true)

@@ -298,7 +298,14 @@ func (m *Manager) use(ctx context.Context, name string) (*agentclient.Client, fu
 		return nil, nil, errdefs.NotFound("sandbox %q not found", name)
 	}
 	if a.rec.State != api.StateRunning || a.agent == nil {
-		if err := m.start(ctx, a); err != nil {
+		admitted, err := m.admit(ctx, &a.rec)
+		if err != nil {
+			a.mu.Unlock()
+			return nil, nil, err
+		}
+		err = m.start(ctx, a)
+		admitted()
+		if err != nil {
 			a.mu.Unlock()
 			return nil, nil, err
 		}

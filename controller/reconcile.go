@@ -88,6 +88,13 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	m.collectOrphanBlobs(ctx)
 	m.collectSnapshots(ctx)
+	if m.objects != nil {
+		// Alarms are durable alarms: make sure each record's is armed;
+		// those that fell due while the daemon was down fire on the
+		// object host's first tick.
+		m.armAll(ctx)
+		return nil
+	}
 	m.fireDue(ctx, time.Now())
 	return nil
 }
@@ -178,6 +185,9 @@ func (m *Manager) adopt(ctx context.Context, a *actor, c Container) bool {
 // fireDue puts to sleep the sandboxes whose persisted alarm is due. After a
 // restart this is how alarms that fell due while the daemon was down fire.
 func (m *Manager) fireDue(ctx context.Context, now time.Time) {
+	if m.objects != nil {
+		return // durable alarms (class.go) deliver them
+	}
 	due, err := m.st.DueAlarms(ctx, now)
 	if err != nil {
 		m.cfg.Logf("alarms: %v", err)

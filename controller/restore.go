@@ -24,6 +24,9 @@ func (m *Manager) fromSnapshot(ctx context.Context, rec *store.Sandbox, id, imag
 	if err != nil {
 		return err // "snapshot <id> not found": never fall back to the bare image
 	}
+	if !mayUse(ctx, sn.Tenant) {
+		return errdefs.NotFound("snapshot %s not found", id)
+	}
 	if image != "" {
 		img, err := m.cfg.Images.Prepare(ctx, image)
 		if err != nil {

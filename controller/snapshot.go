@@ -173,7 +173,7 @@ func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, n
 		UncompressedBytes: st.UncompressedBytes, Files: st.Files, SHA256: st.SHA256,
 		BaseImageDigest: rec.ImageDigest, Parent: parent, Depth: len(chain),
 		FreezeMs: float64(freeze.Microseconds()) / 1000, Chain: chain, TTL: ttl,
-		CreatedAt: now, ExpiresAt: now.Add(ttl),
+		CreatedAt: now, ExpiresAt: now.Add(ttl), Tenant: rec.Tenant,
 	}
 	if err := m.st.PutSnapshot(ctx, sn); err != nil {
 		_ = m.cfg.Blobs.Delete(context.WithoutCancel(ctx), snapKey(id))
@@ -244,6 +244,9 @@ func (m *Manager) GetSnapshot(ctx context.Context, id string) (api.Snapshot, err
 	if err != nil {
 		return api.Snapshot{}, err
 	}
+	if !mayUse(ctx, sn.Tenant) {
+		return api.Snapshot{}, errdefs.NotFound("snapshot %s not found", id)
+	}
 	return snapToAPI(sn), nil
 }
 
@@ -255,7 +258,9 @@ func (m *Manager) ListSnapshots(ctx context.Context, sandbox, name string) ([]ap
 	}
 	out := make([]api.Snapshot, 0, len(list))
 	for _, s := range list {
-		out = append(out, snapToAPI(s))
+		if mayUse(ctx, s.Tenant) {
+			out = append(out, snapToAPI(s))
+		}
 	}
 	return out, nil
 }
@@ -299,8 +304,10 @@ func (m *Manager) snapshotUsers(ctx context.Context, id string) ([]string, error
 // DeleteSnapshot implements server.Snapshots. A snapshot that a sandbox or
 // a later snapshot stands on cannot be deleted: restoring them needs it.
 func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
-	if _, err := m.st.GetSnapshot(ctx, id); err != nil {
+	if sn, err := m.st.GetSnapshot(ctx, id); err != nil {
 		return err
+	} else if !mayUse(ctx, sn.Tenant) {
+		return errdefs.NotFound("snapshot %s not found", id)
 	}
 	users, err := m.snapshotUsers(ctx, id)
 	if err != nil {

@@ -1,6 +1,10 @@
 package daemon
 
-import "time"
+import (
+	"time"
+
+	"github.com/berth-sh/berth/durable"
+)
 
 // Config is everything `berth serve` needs. Zero values take the defaults
 // noted on each field (see Defaults).
@@ -20,6 +24,15 @@ type Config struct {
 	AlarmTick     time.Duration // how often due alarms are checked; default 1s
 	Blobs         BlobConfig
 	Egress        EgressConfig
+	// Classes registers durable-object classes (package durable) before
+	// the daemon serves; programs that embed berth set it. Nil: none.
+	Classes func(h *durable.Host) error
+	// PolicyFile is the operator policy (YAML, package policy); empty:
+	// no policy beyond berth's built-in limits.
+	PolicyFile string
+	// JournalRetention is how long journal entries (and so idempotent
+	// replays) are kept; default 30 days.
+	JournalRetention time.Duration
 }
 
 // EgressConfig configures the egress proxy and resolver (package egress).

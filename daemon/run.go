@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/controller"
+	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/network"
+	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/preview"
 	"github.com/berth-sh/berth/rootfs"
 	"github.com/berth-sh/berth/runtime"
@@ -195,6 +197,13 @@ func Run(ctx context.Context, cfg Config) error {
 		pcfg.PublicHost = "localhost:" + strconv.Itoa(pln.Addr().(*net.TCPAddr).Port)
 	}
 	previewBase := "http://" + pln.Addr().String() // path form: no wildcard DNS needed
+	var pol *policy.Policy
+	if cfg.PolicyFile != "" {
+		if pol, err = policy.Load(cfg.PolicyFile); err != nil {
+			return err
+		}
+		logf("policy: %s (%d allowed images, %d tenants)", cfg.PolicyFile, len(pol.Images), len(pol.Tenants))
+	}
 	prox := preview.NewProxy(preview.ResolverFunc(func(ctx context.Context, s string, p int, t string) (preview.Exposure, preview.DialFunc, error) {
 		return mgr.Lookup(ctx, s, p, t)
 	}), pcfg)
@@ -212,8 +221,18 @@ func Run(ctx context.Context, cfg Config) error {
 		Egress:      eg,
 		AlarmTick:   cfg.AlarmTick,
 		Logf:        logf,
+		Policy:      pol,
 	})
 	imgs.InUse = mgr.ImageInUse
+	objects := durable.NewHost(durable.Config{Store: st, Compute: compute{m: mgr, images: images{imgs}, policy: pol}, AlarmTick: cfg.AlarmTick, Logf: logf})
+	if err := mgr.AttachObjects(objects); err != nil {
+		return err
+	}
+	if cfg.Classes != nil {
+		if err := cfg.Classes(objects); err != nil {
+			return fmt.Errorf("register object classes: %w", err)
+		}
+	}
 	t0 := time.Now()
 	// Read-only copies of writable layers exist only during a snapshot; a
 	// crash can leave one behind.
@@ -225,6 +244,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logf("reconciled host state in %s", time.Since(t0).Round(time.Millisecond))
 	go mgr.Run(ctx)
+	go objects.Run(ctx)
+	go pruneJournal(ctx, st, cfg.JournalRetention, logf)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -238,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 		*controller.Manager
 		images
 	}{mgr, images{imgs}}
-	srv := server.NewHTTPServer("", web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version})))
+	srv := server.NewHTTPServer("", web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol)})))
 	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n",
 		Version, url, key, filepath.Join(cfg.DataDir, "client.json"))
 	psrv := preview.NewServer("", prox)
@@ -340,4 +361,39 @@ func hostDNS() []string {
 		}
 	}
 	return out
+}
+
+// tenants resolves extra API keys through the policy's tenants.
+func tenants(p *policy.Policy) func(string) (string, bool) {
+	if p == nil {
+		return nil
+	}
+	return func(key string) (string, bool) {
+		t, ok := p.TenantForKey(key)
+		if !ok {
+			return "", false
+		}
+		return t.Name, true
+	}
+}
+
+// pruneJournal drops journal entries older than keep, hourly.
+func pruneJournal(ctx context.Context, st *sqlite.Store, keep time.Duration, logf func(string, ...any)) {
+	if keep <= 0 {
+		keep = 30 * 24 * time.Hour
+	}
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := st.PruneJournal(ctx, time.Now().Add(-keep)); err != nil {
+			logf("journal: %v", err)
+		} else if n > 0 {
+			logf("journal: pruned %d entries older than %s", n, keep)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

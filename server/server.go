@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
 )
 
 // Defaults for Options.
@@ -36,6 +37,15 @@ type Options struct {
 	Version string
 	// Logf logs server-side failures (5xx, panics). Nil discards.
 	Logf func(format string, args ...any)
+	// Objects serves durable-object RPC (/v1/objects); nil: none.
+	Objects Objects
+	// Tenants resolves API keys other than APIKey to a tenant of the
+	// operator policy (the tenant goes into the request's context, see
+	// policy.WithTenant); nil: APIKey is the only key.
+	Tenants func(key string) (tenant string, ok bool)
+	// Journal records mutating calls and replays Idempotency-Key
+	// retries (journal.go); nil: calls are not recorded.
+	Journal Journal
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -116,6 +126,10 @@ var routes = []route{
 	{"GET", "/v1/secrets", (*server).listSecrets},
 	{"PUT", "/v1/secrets/{secret}", (*server).setSecret},
 	{"DELETE", "/v1/secrets/{secret}", (*server).deleteSecret},
+	// Durable objects and the journal: objects.go, journal.go.
+	{"POST", "/v1/objects/{class}/{id}/{method}", (*server).callObject},
+	{"GET", "/v1/sandboxes/{name}/journal", (*server).getJournal},
+	{"GET", "/v1/objects/{class}/{id}/journal", (*server).getObjectJournal},
 }
 
 type server struct {
@@ -151,7 +165,14 @@ func newServer(b Backend, opts Options) *server {
 	}
 	for _, rt := range routes {
 		h := rt.h
-		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+		pattern := rt.method + " " + rt.path
+		if _, ok := journaledOps[pattern]; ok && opts.Journal != nil {
+			inner := h
+			h = func(s *server, w http.ResponseWriter, r *http.Request) error {
+				return s.journaled(w, r, pattern, inner)
+			}
+		}
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			s.serve(w, r, h)
 		})
 	}
@@ -180,7 +201,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tokenOK := s.tokenAuthorized(r, pattern)
 	// Authenticate before routing answers 404 or 405, so that an
 	// unauthenticated caller cannot enumerate the API.
-	if pattern != healthPattern && !s.authorized(r) && !tokenOK {
+	authOK := s.authorized(r)
+	if !authOK && s.opts.Tenants != nil {
+		if tenant, ok := s.opts.Tenants(bearerToken(r)); ok && tenant != "" {
+			r = r.WithContext(policy.WithTenant(r.Context(), tenant))
+			authOK = true
+		}
+	}
+	if pattern != healthPattern && !authOK && !tokenOK {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 		writeError(w, errdefs.Unauthenticated("missing or invalid API key: send \"Authorization: Bearer <key>\" (the key is in <data>/client.json)"))
 		return
@@ -203,6 +231,16 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// bearerToken returns the request's bearer token, or "".
+func bearerToken(r *http.Request) string {
+	auth := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(auth) < len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return ""
+	}
+	return strings.TrimSpace(auth[len(prefix):])
 }
 
 func (s *server) authorized(r *http.Request) bool {

@@ -50,6 +50,9 @@ type Sandbox struct {
 	Ports map[int]Exposure
 	// Network is the egress policy; nil means {Internet: Internet}.
 	Network *api.NetworkPolicy `json:",omitempty"`
+	// Tenant owns the sandbox (operator policy); "" for the daemon's own
+	// API key.
+	Tenant string `json:",omitempty"`
 }
 
 // Exposure is one exposed port of a sandbox.
@@ -78,6 +81,14 @@ type JournalEntry struct {
 	Key     string
 	Detail  string
 	At      time.Time
+
+	// Set for operations recorded with Ops.Begin: the arguments (JSON,
+	// secrets redacted), the outcome and when it finished.
+	Args     string
+	Status   string // OpPending, OpDone, OpFailed; "" for plain Append
+	Result   string
+	Error    string
+	Finished time.Time
 }
 
 // Store is the controller's state store.
@@ -100,6 +111,8 @@ type Store interface {
 	// Journal returns the entries for one sandbox, oldest first.
 	Journal(ctx context.Context, sandbox string) ([]JournalEntry, error)
 	Artifacts
+	Objects
+	Ops
 	Close() error
 }
 
@@ -124,6 +137,7 @@ type Snapshot struct {
 	TTL       time.Duration // renewed on every restore
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	Tenant    string `json:",omitempty"` // the sandbox's tenant when taken
 }
 
 // Backup is a compressed archive of one directory of a sandbox.
@@ -137,6 +151,7 @@ type Backup struct {
 	Files     int64
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	Tenant    string `json:",omitempty"` // the sandbox's tenant when taken
 }
 
 // Artifacts stores snapshot and backup records. Gets of missing or expired

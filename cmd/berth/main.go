@@ -38,6 +38,7 @@ type app struct {
 	stdout, stderr io.Writer
 	url, apiKey    string
 	dataDir        string
+	idemKey        string
 	cli            *client.Client
 }
 
@@ -107,6 +108,12 @@ Quick start:
 	pf.StringVar(&a.url, "url", "", "berth server URL (default: $BERTH_URL, else from <data>/client.json)")
 	pf.StringVar(&a.apiKey, "api-key", "", "API key (default: $BERTH_API_KEY, else from <data>/client.json)")
 	pf.StringVar(&a.dataDir, "data", "", "berth data directory (default: $BERTH_DATA, else "+client.DefaultDataDir+")")
+	pf.StringVar(&a.idemKey, "idempotency-key", "", "send this Idempotency-Key with mutating calls: a retry returns the first answer instead of repeating the effect")
+	root.PersistentPreRun = func(cmd *cobra.Command, args []string) {
+		if a.idemKey != "" {
+			cmd.SetContext(client.WithIdempotencyKey(cmd.Context(), a.idemKey))
+		}
+	}
 	root.AddCommand(
 		a.serveCmd(),
 		a.sandboxCmd(),
@@ -130,6 +137,9 @@ Quick start:
 		a.runCodeCmd(),
 		a.egressCmd(),
 		a.secretCmd(),
+		a.journalCmd(),
+		a.policyCmd(),
+		a.callCmd(),
 	)
 	return root
 }

@@ -50,6 +50,8 @@ Examples:
 	f.StringVar(&cfg.RunDir, "run-dir", "/run/berth", "host-only runtime directory (sockets, bundles, netns); its base name also names the cgroup parent")
 	f.StringVar(&cfg.Bridge, "bridge", "berth0", "bridge for sandbox networking; also names the nftables table")
 	f.DurationVar(&cfg.AlarmTick, "alarm-tick", time.Second, "how often idle sandboxes are checked for sleepAfter")
+	f.DurationVar(&cfg.JournalRetention, "journal-retention", 30*24*time.Hour, "how long journal entries (and idempotent replays) are kept")
+	f.StringVar(&cfg.PolicyFile, "policy", "", "operator policy file (YAML: image allowlist, per-tenant limits); check it with 'berth policy check'")
 	f.StringVar(&cfg.Blobs.S3Endpoint, "s3-endpoint", "", "S3-compatible endpoint for snapshots and backups (host:port or URL); default: a local dir under --data")
 	f.StringVar(&cfg.Blobs.S3Bucket, "s3-bucket", "berth", "S3 bucket")
 	f.StringVar(&cfg.Blobs.S3Region, "s3-region", "us-east-1", "S3 region")

@@ -2,7 +2,8 @@
 // prove that a restart reconciles whatever the crash left behind.
 //
 // It is driven by the BERTH_FAILPOINTS environment variable, a comma list of
-// step=action pairs; the only action is "exit", which ends the process at
-// once with status 137, as kill -9 would (no deferred cleanup runs).
+// step=action pairs. The action "exit" ends the process at once with status
+// 137, as kill -9 would (no deferred cleanup runs); "kill9" sends the
+// process a real SIGKILL.
 // Without the variable every Hit is a cheap no-op.
 package failpoint

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 var (
@@ -28,8 +29,15 @@ func Hit(step string) {
 	if len(points) == 0 {
 		return
 	}
-	if points[step] == "exit" {
+	switch points[step] {
+	case "exit":
 		fmt.Fprintf(os.Stderr, "berth: failpoint %s: exiting\n", step)
 		os.Exit(137)
+	case "kill9":
+		// A real SIGKILL from the process to itself: nothing runs after
+		// this, not even the runtime's exit path.
+		fmt.Fprintf(os.Stderr, "berth: failpoint %s: kill -9\n", step)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	}
 }

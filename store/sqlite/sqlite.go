@@ -56,6 +56,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init state db %s: %w", path, err)
 	}
+	if err := migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate state db %s: %w", path, err)
+	}
 	return &Store{db: db}, nil
 }
 
@@ -178,19 +182,17 @@ func (s *Store) Append(ctx context.Context, e store.JournalEntry) error {
 }
 
 func (s *Store) Journal(ctx context.Context, sandbox string) ([]store.JournalEntry, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, sandbox, op, COALESCE(key, ''), detail, at FROM journal WHERE sandbox = ? ORDER BY seq`, sandbox)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+journalCols+` FROM journal WHERE sandbox = ? ORDER BY seq`, sandbox)
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
 	defer rows.Close()
 	var out []store.JournalEntry
 	for rows.Next() {
-		var e store.JournalEntry
-		var at int64
-		if err := rows.Scan(&e.Seq, &e.Sandbox, &e.Op, &e.Key, &e.Detail, &at); err != nil {
+		e, err := scanJournal(rows)
+		if err != nil {
 			return nil, err
 		}
-		e.At = time.UnixMilli(at)
 		out = append(out, e)
 	}
 	return out, rows.Err()

@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/store/sqlite"
+)
+
+func attach(t *testing.T, r *rig) *durable.Host {
+	t.Helper()
+	h := durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Logf: t.Logf})
+	if err := r.m.AttachObjects(h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func alarmOf(t *testing.T, h *durable.Host, name string) (time.Time, bool) {
+	t.Helper()
+	st, err := h.StateOf(durable.Address{Class: SandboxClass, ID: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok, err := st.GetAlarm(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at, ok
+}
+
+// TestSleepAlarmIsDurable runs the built-in controller on package
+// durable: its sleepAfter alarm is a durable alarm, survives a restart of
+// the controller (a new Manager and Host on the same store) and puts the
+// idle sandbox to sleep when the new host delivers it; destroy disarms.
+func TestSleepAlarmIsDurable(t *testing.T) {
+	r := newRig(t)
+	h := r.h
+	if h == nil {
+		h = attach(t, r)
+	}
+	sb, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "nap", SleepAfter: "1s"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok := alarmOf(t, h, "nap")
+	if !ok || at.Sub(sb.LastActive) < 900*time.Millisecond || at.Sub(sb.LastActive) > 1100*time.Millisecond {
+		t.Fatalf("durable alarm %v (armed %v), want lastActive+1s (%v)", at, ok, sb.LastActive)
+	}
+	// The daemon restarts: a new controller and object host, same store.
+	r.m = New(r.cfg)
+	h = attach(t, r)
+	if err := r.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.m.Get(ctx, "nap"); got.State != api.StateRunning {
+		t.Fatalf("not adopted: %s", got.State)
+	}
+	time.Sleep(time.Until(at) + 50*time.Millisecond)
+	h.FireDue(ctx)
+	if got, _ := r.m.Get(ctx, "nap"); got.State != api.StateSleeping {
+		t.Fatalf("after the durable alarm: %s, want sleeping", got.State)
+	}
+	if _, ok := alarmOf(t, h, "nap"); ok {
+		t.Fatal("a sleeping sandbox still has an alarm")
+	}
+	// Wake it over RPC through the class, then destroy: no alarm is left.
+	out, err := h.Call(ctx, durable.Address{Class: SandboxClass, ID: "nap"}, "Wake", nil)
+	var woke api.Sandbox
+	if err != nil || json.Unmarshal(out, &woke) != nil || woke.State != api.StateRunning {
+		t.Fatalf("Wake over RPC: %s %v", out, err)
+	}
+	if _, ok := alarmOf(t, h, "nap"); !ok {
+		t.Fatal("a woken sandbox has no alarm")
+	}
+	if err := r.m.Destroy(ctx, "nap"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := alarmOf(t, h, "nap"); ok {
+		t.Fatal("destroy left the alarm")
+	}
+	if _, err := h.Call(ctx, durable.Address{Class: SandboxClass, ID: "nap"}, "Wake", nil); err == nil {
+		t.Fatal("Wake created a destroyed sandbox")
+	}
+	// The controller journals through its object: stream = sandbox name,
+	// each entry finished.
+	j, err := r.cfg.Store.Journal(ctx, "nap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range j {
+		seen[e.Op] = true
+		if e.Op == "sleep" && (e.Status != "done" || e.Finished.IsZero() || e.Detail == "") {
+			t.Fatalf("sleep entry: %+v", e)
+		}
+	}
+	if !seen["sleep"] || !seen["destroy"] || !seen["wake"] && !seen["start"] {
+		t.Fatalf("journal ops: %v", seen)
+	}
+}
