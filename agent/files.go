@@ -214,6 +214,7 @@ func fileInfo(path string, fi os.FileInfo) api.FileInfo {
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		info.Mode = st.Mode & 0o7777
+		info.UID, info.GID = st.Uid, st.Gid
 	}
 	switch t := fi.Mode().Type(); {
 	case t == 0:

@@ -38,10 +38,19 @@ func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, erro
 // WriteFile streams r into path in the sandbox, atomically (the agent writes
 // a temp file and renames it). mode 0 means 0644. r is not closed.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) error {
+	return c.WriteFileAs(ctx, path, r, mode, "")
+}
+
+// WriteFileAs is WriteFile with the file (and any directory it creates)
+// owned by user instead of the sandbox's default user.
+func (c *Client) WriteFileAs(ctx context.Context, path string, r io.Reader, mode uint32, user string) error {
 	if err := checkPath(path); err != nil {
 		return err
 	}
 	q := pathQuery(path)
+	if user != "" {
+		q.Set("user", user)
+	}
 	if mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
 	}

@@ -125,6 +125,8 @@ type FileInfo struct {
 	Mode    uint32    `json:"mode"` // permission bits
 	ModTime time.Time `json:"modTime"`
 	Target  string    `json:"target,omitempty"` // symlink target
+	UID     uint32    `json:"uid"`              // owner, as numbers: names are the sandbox's
+	GID     uint32    `json:"gid"`              // own /etc/passwd and /etc/group
 }
 
 // FileList is the body of a directory listing.

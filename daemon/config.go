@@ -22,8 +22,12 @@ type Config struct {
 	Bridge        string        // berth0
 	UpperSize     int64         // bytes for the sparse btrfs file holding writable layers; default 64 GiB
 	AlarmTick     time.Duration // how often due alarms are checked; default 1s
-	Blobs         BlobConfig
-	Egress        EgressConfig
+	// E2BTemplates is a JSON file {"template-id": "image"} of E2B template
+	// IDs beyond the defaults (base, code-interpreter-v1); default
+	// <data>/e2b-templates.json, read if it exists.
+	E2BTemplates string
+	Blobs        BlobConfig
+	Egress       EgressConfig
 	// Classes registers durable-object classes (package durable) before
 	// the daemon serves; programs that embed berth set it. Nil: none.
 	Classes func(h *durable.Host) error

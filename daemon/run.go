@@ -11,6 +11,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/e2b"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/network"
@@ -259,9 +261,25 @@ func Run(ctx context.Context, cfg Config) error {
 		*controller.Manager
 		images
 	}{mgr, images{imgs}}
-	srv := server.NewHTTPServer("", web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol)})))
-	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n",
-		Version, url, key, filepath.Join(cfg.DataDir, "client.json"))
+	if cfg.E2BTemplates == "" {
+		cfg.E2BTemplates = filepath.Join(cfg.DataDir, "e2b-templates.json")
+	}
+	templates, err := e2b.LoadTemplates(cfg.E2BTemplates)
+	if err != nil {
+		return err
+	}
+	// The E2B-compatible API shares the listener: its routes (/sandboxes,
+	// /v2/…, data-plane requests by E2b-Sandbox-Id) never collide with
+	// the native /v1 API or the console.
+	e2bh := e2b.New(mgr, e2b.Options{APIKey: key, Templates: templates, Logf: logf})
+	go e2bh.Run(ctx, time.Second)
+	srv := server.NewHTTPServer("", e2bh.Wrap(web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol)}))))
+	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n  E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=<the API key>\n",
+		Version, url, key, filepath.Join(cfg.DataDir, "client.json"), url, url)
 	psrv := preview.NewServer("", prox)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
@@ -282,11 +300,13 @@ func loadOrCreateKey(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
 		return strings.TrimSpace(string(b)), nil
 	}
-	var b [24]byte
+	// "e2b_" + 40 hex characters: the form E2B's SDKs check, so the same
+	// key works as E2B_API_KEY. Keys made earlier ("bk_…") keep working.
+	var b [20]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	key := "bk_" + hex.EncodeToString(b[:])
+	key := "e2b_" + hex.EncodeToString(b[:])
 	if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
 		return "", err
 	}

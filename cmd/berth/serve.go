@@ -47,6 +47,7 @@ Examples:
 	f.StringVar(&cfg.Subnet, "subnet", "10.88.0.0/16", "IPv4 subnet for sandbox addresses")
 	f.StringVar(&cfg.PreviewListen, "preview-listen", "127.0.0.1:7080", "address for preview URLs (host form and /preview/ path form)")
 	f.StringVar(&cfg.PreviewHost, "preview-host", "", "public host preview URLs end in (default: localhost:<preview port>)")
+	f.StringVar(&cfg.E2BTemplates, "e2b-templates", "", "JSON file mapping E2B template IDs to images (default: <data>/e2b-templates.json if it exists)")
 	f.StringVar(&cfg.RunDir, "run-dir", "/run/berth", "host-only runtime directory (sockets, bundles, netns); its base name also names the cgroup parent")
 	f.StringVar(&cfg.Bridge, "bridge", "berth0", "bridge for sandbox networking; also names the nftables table")
 	f.DurationVar(&cfg.AlarmTick, "alarm-tick", time.Second, "how often idle sandboxes are checked for sleepAfter")

@@ -30,6 +30,9 @@ const (
 	EgressPolicy    = "egress-policy"     // allow/deny/internet are not enforced (all allowed)
 	EgressPin       = "egress-pin"        // the proxy connects to the address the sandbox dialled
 	EgressHostMatch = "egress-host-match" // intercepted HTTPS is routed by Host, not SNI
+
+	// E2B-compatible API (package e2b).
+	E2BAccessToken = "e2b-access-token" // the E2B data plane does not check X-Access-Token
 )
 
 var (

@@ -1,0 +1,50 @@
+// Package e2b is berth's E2B-compatible face: the official E2B SDKs (npm
+// e2b, @e2b/code-interpreter) run against berth unchanged, configured only by
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
+//
+// Handler.Wrap mounts it beside the native API on the same listener:
+//
+//   - the control plane (POST /sandboxes, GET /v2/sandboxes, …), authenticated
+//     by X-API-Key with the daemon's API key, answers errors as {code, message};
+//   - the data plane is any request carrying E2b-Sandbox-Id/E2b-Sandbox-Port
+//     headers or a {port}-{id}.{domain} Host: port 49983 is envd (health,
+//     /files, and the process and filesystem Connect services generated from
+//     proto/ into envdpb/), port 49999 the code interpreter (/execute,
+//     /contexts) on berth's interpreter contexts, any other port is proxied
+//     to the sandbox through the agent's TCP tunnel.
+//
+// An E2B sandbox ID (20 characters of [a-z0-9]) is the berth sandbox name,
+// so the mapping persists with the sandbox record; E2B state (template,
+// metadata, end of life, on-timeout action) lives in labels prefixed
+// "e2b.". The envd access token is an HMAC of the ID under a daemon secret,
+// so it needs no storage and forks get their own. Network settings map
+// onto berth's egress policy (egressFor).
+//
+// Not supported yet, and what the SDK gets instead (never a hang):
+//
+//   - Template builds and aliases (Template.build, exists, tags, …), secrets
+//     and volumes: 404 {code, message} "… is not supported by berth's E2B
+//     API" (templates come from the templates file or are snapshot IDs).
+//   - Create with volumeMounts or mcp, network rules/transforms,
+//     egressProxy, httpsPorts, maskRequestHost or allowPublicTraffic:false:
+//     400 {code, message}.
+//   - pause() keeps files but not memory: processes end (connect() starts
+//     the sandbox again). onResume "reboot" is therefore the same as
+//     "restore".
+//   - File metadata (write with metadata): 400 "not supported".
+//   - StreamInput (unused by the SDKs): Connect unimplemented.
+//   - Code interpreter languages other than python, javascript and
+//     typescript (r, java, bash): 400.
+//   - getMetrics: one sample taken now (memory, disk); cpuUsedPct is 0.
+//   - sudo inside the sandbox: berth sets no-new-privileges, so sudo
+//     fails; run commands with user "root" instead.
+//   - getHost(port) names {port}-{id}.e2b.app (the SDK's default domain);
+//     berth routes such Host names, but they need DNS pointing at berth.
+//     The SDK's own traffic uses E2B_SANDBOX_URL with routing headers.
+//   - Users other than "user" and "root": 401 as envd answers an unknown
+//     user.
+//   - Envd routes /envs, /metrics, /files/compose, /init: 404 {code, message}.
+//
+// Regenerate envdpb after editing proto/: cd e2b && go run
+// github.com/bufbuild/buf/cmd/buf@v1.75.0 generate
+package e2b

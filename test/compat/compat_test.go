@@ -1,0 +1,179 @@
+//go:build compat
+
+package compat
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/image"
+)
+
+// The daemon gets its own bridge, subnet and run dir (BERTH_IT_ID picks a
+// set, as in test/integration). Its data dir defaults to the integration
+// suite's so the base image is built once; the two never run at once.
+var (
+	itID    = os.Getenv("BERTH_IT_ID")
+	bridge  = "berthcp" + itID
+	subnet  = "10.22" + idDigit() + ".0.0/16"
+	runDir  = "/run/berth-cp" + itID
+	dataDir = envOr("BERTH_COMPAT_DATA", "/var/tmp/berth-it"+itID)
+)
+
+func idDigit() string {
+	if len(itID) == 1 && itID[0] >= '1' && itID[0] <= '9' {
+		return itID
+	}
+	return "2"
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startDaemon runs berth serve and returns its URL and API key.
+func startDaemon(t *testing.T) (string, string) {
+	bin := os.Getenv("BERTH_BIN")
+	if bin == "" {
+		bin, _ = filepath.Abs("../../bin")
+	}
+	listen := freePort(t)
+	logPath := filepath.Join(os.TempDir(), "berth-compat"+itID+"-daemon.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "berth"), "serve", "--listen", listen, "--data", dataDir,
+		"--run-dir", runDir, "--preview-listen", freePort(t), "--bridge", bridge, "--subnet", subnet)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + listen + "/v1/health"); err == nil {
+			resp.Body.Close()
+			var cc struct{ URL, APIKey string }
+			if b, err := os.ReadFile(filepath.Join(dataDir, "client.json")); err == nil && json.Unmarshal(b, &cc) == nil {
+				return "http://" + listen, cc.APIKey
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("daemon did not become healthy; see %s", logPath)
+	return "", ""
+}
+
+func ensureBase(t *testing.T, c *client.Client) {
+	ctx := context.Background()
+	imgs, err := c.ListImages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range imgs {
+		if i.Name == "debian-trixie" && image.IsCurrentBase(i.Labels) {
+			return
+		}
+	}
+	t.Log("building the debian-trixie base image…")
+	if _, err := c.BuildBase(ctx, func(api.Progress) {}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestE2BSDK(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed: run scripts/deps.sh")
+	}
+	if _, err := os.Stat("node_modules/e2b/package.json"); err != nil {
+		t.Fatal("the E2B SDKs are not installed: run (cd test/compat && npm ci)")
+	}
+	url, key := startDaemon(t)
+	c := client.New(url, key)
+	ensureBase(t, c)
+	ctx := context.Background()
+	if list, err := c.List(ctx, "", nil); err == nil {
+		for _, s := range list {
+			_ = c.Destroy(ctx, s.Name)
+		}
+	}
+	scripts, _ := filepath.Glob("js/*.test.mjs")
+	if len(scripts) == 0 {
+		t.Fatal("no test scripts in js/")
+	}
+	only := os.Getenv("COMPAT_RUN")
+	for _, s := range scripts {
+		name := strings.TrimSuffix(filepath.Base(s), ".test.mjs")
+		if only != "" && !strings.Contains(name, only) {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			defer cancel()
+			// --test-force-exit: SDK timers (request timeouts of streams a
+			// kill cut) must not keep a finished script alive.
+			cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-force-exit", "--test-reporter=spec", s)
+			// Only the three variables configure the SDK.
+			cmd.Env = []string{
+				"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+				"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + key,
+			}
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s\n%s", s, out)
+			if err != nil {
+				t.Fatalf("%s failed: %v", s, err)
+			}
+		})
+	}
+	// Nothing the scripts made may be left running.
+	if list, err := c.List(ctx, "", nil); err == nil && len(list) > 0 {
+		var names []string
+		for _, s := range list {
+			names = append(names, s.Name)
+			_ = c.Destroy(ctx, s.Name)
+		}
+		t.Errorf("sandboxes left behind by the scripts: %v", names)
+	}
+	fmt.Println("compat: done")
+}
