@@ -12,8 +12,12 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/berth-sh/berth/ag
 echo "==> building berth"
 go build -trimpath -ldflags "-X github.com/berth-sh/berth/daemon.Version=${version}" -o bin/berth ./cmd/berth
 runc_version="$(go list -m -f '{{.Version}}' github.com/opencontainers/runc)"
-if [[ ! -x bin/runc ]] || ! bin/runc --version 2>/dev/null | grep -q "runc version ${runc_version#v}"; then
+# (Output is captured, not piped into grep -q or head: under pipefail a
+# reader that stops early makes runc die of SIGPIPE and the build fail.)
+have="$( [[ -x bin/runc ]] && bin/runc --version 2>/dev/null || true)"
+if [[ "$have" != *"runc version ${runc_version#v}"* ]]; then
   echo "==> building runc ${runc_version} with seccomp"
   CGO_ENABLED=1 go build -trimpath -tags seccomp -o bin/runc github.com/opencontainers/runc
 fi
-bin/runc --version | head -1
+have="$(bin/runc --version)"
+echo "${have%%$'\n'*}"

@@ -31,7 +31,9 @@ running() {
 }
 
 build() {
-  if [[ -x "$BIN" ]] && go version -m "$BIN" 2>/dev/null | grep -q "mod[[:space:]]*github.com/versity/versitygw[[:space:]]*${VERSITYGW_VERSION}"; then
+  # Captured, not piped into grep -q (SIGPIPE under pipefail).
+  local mods; mods="$( [[ -x "$BIN" ]] && go version -m "$BIN" 2>/dev/null || true)"
+  if [[ "$mods" =~ mod[[:space:]]+github.com/versity/versitygw[[:space:]]+${VERSITYGW_VERSION} ]]; then
     return
   fi
   echo "==> building versitygw ${VERSITYGW_VERSION} (takes a few minutes on a cold module cache)" >&2
