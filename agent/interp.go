@@ -52,6 +52,7 @@ const (
 
 type codeContext struct {
 	id, language, cwd string
+	user              string // account name the interpreter runs as
 	env               map[string]string
 	createdAt         time.Time
 
@@ -63,7 +64,7 @@ type codeContext struct {
 }
 
 func (c *codeContext) info() berthapi.CodeContext {
-	return berthapi.CodeContext{ID: c.id, Language: c.language, Cwd: c.cwd, CreatedAt: c.createdAt}
+	return berthapi.CodeContext{ID: c.id, Language: c.language, Cwd: c.cwd, User: c.user, CreatedAt: c.createdAt}
 }
 
 type interpManager struct {
@@ -109,7 +110,11 @@ func (m *interpManager) create(req berthapi.CreateCodeContextRequest) (*codeCont
 		}
 	}
 	c := &codeContext{id: newID(), language: lang, env: req.Env, createdAt: time.Now().UTC()}
-	acct := m.s.defaultAccount()
+	acct, err := m.s.resolveUser(req.User)
+	if err != nil {
+		return nil, err
+	}
+	c.user = acct.name
 	c.cwd = acct.home
 	if req.Cwd != "" {
 		if c.cwd, err = resolvePath(req.Cwd, acct.home); err != nil {

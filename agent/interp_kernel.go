@@ -67,7 +67,7 @@ func (s *Server) startKernel(c *codeContext) (*kernel, error) {
 	for k, v := range c.env {
 		env[k] = v
 	}
-	plan, err := s.prepareExec(&api.ExecRequest{Argv: argv, Env: env, Cwd: c.cwd})
+	plan, err := s.prepareExec(&api.ExecRequest{Argv: argv, Env: env, Cwd: c.cwd, User: c.user})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.FailedPrecondition("%s not found in the sandbox image: a %s code context needs %s on PATH", argv[0], c.language, argv[0])

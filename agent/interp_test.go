@@ -425,3 +425,33 @@ func TestInterpRunsAsDefaultUser(t *testing.T) {
 		t.Fatalf("got %q, want %q", mainText(res), want)
 	}
 }
+
+// TestInterpUser: a code context runs as the user it asks for (root on
+// request, another account by name); the default is the agent's default
+// user (root in this test server), the control.
+func TestInterpUser(t *testing.T) {
+	needInterp(t, "python3")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	_, c := newClient(t)
+	ctx := context.Background()
+	def := newContext(t, c, "python")
+	if got := mainText(runCode(t, c, def.ID, "import os\nos.getuid()", 0)); got != "0" || def.User != "root" {
+		t.Fatalf("default context runs as uid %s (user %q), want the default user root", got, def.User)
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 that another user can run")
+	}
+	cc, err := c.CreateCodeContext(ctx, api.CreateCodeContextRequest{Language: "python", User: "nobody", Cwd: "/", Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteCodeContext(context.Background(), cc.ID) })
+	if got := mainText(runCode(t, c, cc.ID, "import os\nos.getuid()", 0)); got != "65534" || cc.User != "nobody" {
+		t.Fatalf("context for nobody runs as uid %s (user %q)", got, cc.User)
+	}
+	if _, err := c.CreateCodeContext(ctx, api.CreateCodeContextRequest{Language: "python", User: "no-such-user"}); err == nil {
+		t.Fatal("a context for an unknown user was created")
+	}
+}

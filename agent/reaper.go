@@ -27,6 +27,10 @@ import (
 // has other children) the reaper waits only for its registered pids, so it
 // never steals statuses from anyone else.
 type Reaper struct {
+	// CheckFDs checks the agent's descriptors before every start (see
+	// checkExecFDs). Set it before the first Start.
+	CheckFDs bool
+
 	reapAll bool
 	sigs    chan os.Signal
 	stop    chan struct{}
@@ -140,6 +144,9 @@ func (r *Reaper) deliverExit(pid int, e Exit) {
 func (r *Reaper) Start(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan Exit, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.CheckFDs {
+		checkExecFDs()
+	}
 	pid, err := syscall.ForkExec(argv0, argv, attr)
 	if err != nil {
 		return 0, nil, err

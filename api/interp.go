@@ -18,6 +18,9 @@ type CreateCodeContextRequest struct {
 	Language string            `json:"language"` // python (default), javascript, typescript
 	Cwd      string            `json:"cwd,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
+	// User runs the interpreter; default: the sandbox's default user
+	// ("user"), "root" on request.
+	User string `json:"user,omitempty"`
 }
 
 // CodeContext describes a code context.
@@ -25,6 +28,7 @@ type CodeContext struct {
 	ID        string    `json:"id"`
 	Language  string    `json:"language"`
 	Cwd       string    `json:"cwd"`
+	User      string    `json:"user"`
 	CreatedAt time.Time `json:"createdAt"`
 }
 

@@ -41,7 +41,16 @@ type CreateSandboxRequest struct {
 	// Network is the egress policy; when set, its Internet overrides the
 	// Internet field above. It applies at once to a running sandbox.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Isolation is IsolationRunc (default) or IsolationGVisor; fixed at
+	// creation.
+	Isolation string `json:"isolation,omitempty"`
 }
+
+// Isolation levels.
+const (
+	IsolationRunc   = "runc"   // namespaces, user namespace, seccomp, minimal caps
+	IsolationGVisor = "gvisor" // gVisor's user-space kernel (runsc)
+)
 
 // Sandbox is the controller's view of one named sandbox.
 type Sandbox struct {
@@ -67,6 +76,7 @@ type Sandbox struct {
 	Snapshot    string            `json:"snapshot,omitempty"` // the snapshot it started from
 	Persist     string            `json:"persist,omitempty"`
 	Network     *NetworkPolicy    `json:"network,omitempty"`
+	Isolation   string            `json:"isolation,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

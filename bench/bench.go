@@ -21,6 +21,7 @@ type Options struct {
 	Snapshots bool
 	Image     string // default debian-trixie
 	Instance  string // default standard-2 (one full vCPU)
+	Isolation string // runc (default) or gvisor
 	// DataDir and Runtime let the baseline build a raw runc bundle from the
 	// same image layers the server uses. Empty Runtime skips the baseline.
 	DataDir string
@@ -37,6 +38,7 @@ type Report struct {
 	Ratios    Ratios          `json:"ratios"`
 	Instance  string          `json:"instance"`
 	Image     string          `json:"image"`
+	Isolation string          `json:"isolation"`
 	Snapshot  *SnapshotReport `json:"snapshot,omitempty"`
 }
 
@@ -71,7 +73,10 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	rep := Report{Instance: o.Instance, Image: o.Image}
+	if o.Isolation == "" {
+		o.Isolation = api.IsolationRunc
+	}
+	rep := Report{Instance: o.Instance, Image: o.Image, Isolation: o.Isolation}
 	run := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
 
 	// Time to interactive: create by name → `node -v` exits 0.
@@ -80,7 +85,7 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 	for i := 0; i < o.N; i++ {
 		name := fmt.Sprintf("bench-%s-tti-%d", run, i)
 		t0 := time.Now()
-		if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance}); err != nil {
+		if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Isolation: o.Isolation}); err != nil {
 			return fmt.Errorf("create %s: %w", name, err)
 		}
 		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"node", "-v"}})
@@ -97,7 +102,7 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 
 	// Exec round trip of `true` in one running sandbox.
 	name := fmt.Sprintf("bench-%s-exec", run)
-	if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance}); err != nil {
+	if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Isolation: o.Isolation}); err != nil {
 		return err
 	}
 	defer c.Destroy(context.WithoutCancel(ctx), name)

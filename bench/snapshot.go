@@ -49,7 +49,7 @@ PY`
 func snapshotScenario(ctx context.Context, c *client.Client, o Options, run string, logf func(string, ...any)) (*SnapshotReport, error) {
 	const files = 10000
 	src := fmt.Sprintf("bench-%s-snap", run)
-	if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: src, Image: o.Image, Instance: o.Instance}); err != nil {
+	if _, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: src, Image: o.Image, Instance: o.Instance, Isolation: o.Isolation}); err != nil {
 		return nil, err
 	}
 	defer c.Destroy(context.WithoutCancel(ctx), src)

@@ -57,6 +57,13 @@ type Config struct {
 		Revoke(sandbox string, port int)
 	}
 	PreviewURLs func(preview.Exposure) (url, pathURL string)
+	// UserNS is where sandboxes' host uid/gid ranges come from.
+	UserNS UserNSConfig
+	// DefaultIsolation applies when a create request names none (default
+	// api.IsolationRunc); Isolations lists what this host offers (default:
+	// runc only).
+	DefaultIsolation string
+	Isolations       []string
 	// Policy is the operator policy every start must pass (admission.go);
 	// nil: only berth's built-in limits.
 	Policy *policy.Policy
@@ -70,6 +77,7 @@ type Manager struct {
 	mu     sync.Mutex
 	actors map[string]*actor // by name; guarded by mu
 
+	idMu sync.Mutex // serializes user namespace range allocation
 	// objects, once attached (class.go), holds the persisted alarms.
 	objects *durable.Host
 
@@ -117,6 +125,7 @@ func New(cfg Config) *Manager {
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
+	cfg.UserNS.defaults()
 	return &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
 }
 
@@ -270,6 +279,9 @@ func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 		if createOnly {
 			return api.Sandbox{}, false, errdefs.AlreadyExists("sandbox %q already exists", req.Name)
 		}
+		if req.Isolation != "" && req.Isolation != isolationOf(a.rec) {
+			return api.Sandbox{}, false, errdefs.FailedPrecondition("sandbox %q runs with isolation %q; destroy it to change to %q", req.Name, isolationOf(a.rec), req.Isolation)
+		}
 		// Instance and internet are chosen at each start: a request that
 		// names them applies to the next start (now, if it sleeps).
 		if err := applyStartOptions(&a.rec, req); err != nil {
@@ -304,6 +316,11 @@ func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
 			Tenant: policy.TenantFrom(ctx),
 		}
+		iso, err := m.isolation(req.Isolation)
+		if err != nil {
+			return api.Sandbox{}, false, err
+		}
+		a.rec.Isolation = iso
 		if req.Network != nil {
 			p := *req.Network
 			p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
@@ -455,7 +472,10 @@ func toAPI(r store.Sandbox) api.Sandbox {
 		Instance: r.Instance, Resources: r.Resources, Internet: r.Internet, Env: r.Env,
 		Labels: r.Labels, SleepAfter: r.SleepAfter.String(), KeepAlive: r.KeepAlive, IP: r.IP,
 		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
-		Snapshot: r.Snapshot, Persist: r.Persist,
+		Snapshot: r.Snapshot, Persist: r.Persist, Isolation: r.Isolation,
+	}
+	if s.Isolation == "" {
+		s.Isolation = api.IsolationRunc
 	}
 	p := policyOf(r)
 	p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)

@@ -24,9 +24,16 @@ type Images interface {
 	Prepare(ctx context.Context, ref string) (Image, error)
 }
 
-// Rootfs mounts a sandbox's overlay root with its disk limit.
+// IDRange maps sandbox ids 0..Size-1 to host ids HostID.. (uids and gids).
+// The zero value is no mapping.
+type IDRange struct {
+	HostID, Size uint32
+}
+
+// Rootfs mounts a sandbox's overlay root with its disk limit. With a
+// non-zero idmap the layers are seen through idmapped mounts.
 type Rootfs interface {
-	Mount(ctx context.Context, id string, lowers []string, diskBytes int64) (string, error)
+	Mount(ctx context.Context, id string, lowers []string, diskBytes int64, idmap IDRange) (string, error)
 	Unmount(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
 	Mounted(ctx context.Context) ([]string, error)
@@ -70,8 +77,14 @@ type Runtime interface {
 	OOMKilled(id string) bool
 	// CleanupCgroups removes cgroups of containers not in keep.
 	CleanupCgroups(keep map[string]bool) error
-	// WriteBundle writes the OCI bundle (config.json) for a sandbox.
+	// WriteBundle writes the OCI bundle (config.json) for a sandbox. It
+	// may mount things under dir (a sysfs for a sandbox in a user
+	// namespace); ReleaseBundle undoes that before dir is removed.
 	WriteBundle(dir string, b Bundle) error
+	ReleaseBundle(dir string) error
+	// Verify checks that the running container has the posture its spec
+	// asked for; an error fails the start (fail closed).
+	Verify(ctx context.Context, id, bundle string) error
 }
 
 // Bundle is everything the runtime needs to build a container spec.
@@ -84,6 +97,11 @@ type Bundle struct {
 	MemoryBytes  int64
 	Pids         int64
 	NetNSPath    string
+	// UserNS, if non-zero, runs the sandbox in a user namespace with this
+	// mapping.
+	UserNS IDRange
+	// Isolation is api.IsolationRunc or api.IsolationGVisor.
+	Isolation string
 	// Binds are host path → container path bind mounts; RO marks read-only.
 	Binds []Bind
 }

@@ -39,12 +39,17 @@ type fakeRootfs struct {
 	mounted map[string]bool
 	known   map[string]bool
 	removed []string
+	idmaps  map[string]IDRange // last map each id was mounted with
 }
 
-func (f *fakeRootfs) Mount(ctx context.Context, id string, lowers []string, disk int64) (string, error) {
+func (f *fakeRootfs) Mount(ctx context.Context, id string, lowers []string, disk int64, m IDRange) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mounted[id], f.known[id] = true, true
+	if f.idmaps == nil {
+		f.idmaps = map[string]IDRange{}
+	}
+	f.idmaps[id] = m
 	return "/rootfs/" + id, nil
 }
 func (f *fakeRootfs) Unmount(ctx context.Context, id string) error {
@@ -190,8 +195,11 @@ func (f *fakeRuntime) List(ctx context.Context) ([]Container, error) {
 	return out, nil
 }
 
-func (f *fakeRuntime) OOMKilled(id string) bool                  { return false }
-func (f *fakeRuntime) CleanupCgroups(keep map[string]bool) error { return nil }
+func (f *fakeRuntime) OOMKilled(id string) bool                            { return false }
+func (f *fakeRuntime) CleanupCgroups(keep map[string]bool) error           { return nil }
+func (f *fakeRuntime) ReleaseBundle(dir string) error                      { return nil }
+func (f *fakeRuntime) Verify(ctx context.Context, id, bundle string) error { return nil }
+
 func (f *fakeRuntime) WriteBundle(dir string, b Bundle) error {
 	return os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o600)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/weaken"
 )
 
 // Paths inside the sandbox where berth mounts its pieces. /.berth is not
@@ -73,7 +74,15 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		return err
 	}
 	lowers := append(append([]string(nil), img.LayerDirs...), snapDirs...)
-	rootfs, err := m.cfg.Rootfs.Mount(ctx, rec.ID, lowers, rec.Resources.DiskMB*1000*1000)
+	var userns IDRange
+	if isolationOf(*rec) == api.IsolationRunc {
+		// gVisor's sentry is the boundary there; its runsc runs the
+		// sandbox in its own user namespace without a host id map.
+		if userns, err = m.userNS(ctx, a); err != nil {
+			return err
+		}
+	}
+	rootfs, err := m.cfg.Rootfs.Mount(ctx, rec.ID, lowers, rec.Resources.DiskMB*1000*1000, userns)
 	if err != nil {
 		return fmt.Errorf("mount rootfs: %w", err)
 	}
@@ -89,7 +98,15 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		// TLS clients trust intercepted hosts from the first request. A
 		// trust store the sandbox broke itself (a FIFO, a directory) only
 		// costs it injection, not its start.
-		if err := m.cfg.Egress.InstallCA(rootfs); err != nil {
+		install := func() error { return m.cfg.Egress.InstallCA(rootfs) }
+		if userns.Size > 0 {
+			// Host root has no mapping on the idmapped rootfs; write as
+			// the sandbox's root.
+			install = func() error {
+				return rootfsAsMappedRoot(userns.HostID, func() error { return m.cfg.Egress.InstallCA(rootfs) })
+			}
+		}
+		if err := install(); err != nil {
 			m.cfg.Logf("sandbox %s: %v", a.name, err)
 			m.journal(ctx, a.name, "egress-ca", err.Error())
 		}
@@ -113,20 +130,28 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		}
 	}
 	_ = os.Remove(filepath.Join(agentDir, socketNameInSandbox))
+	if err := chownTo(agentDir, userns); err != nil {
+		return err
+	}
 	if err := m.writeEtc(etcDir, a.name, att, rec.Internet || m.cfg.Egress != nil); err != nil {
 		return err
 	}
 	b := Bundle{
 		ID: rec.ID, Hostname: a.name, RootfsPath: rootfs,
-		Args:        []string{agentPathInSandbox, "--socket", socketDirInSandbox + "/" + socketNameInSandbox},
+		Args:        agentArgs(),
 		Env:         sandboxEnv(img.Env, extraEnv, rec.Env, a.name),
 		Cwd:         "/",
 		MilliCPU:    int64(rec.Resources.VCPU * 1000),
 		MemoryBytes: rec.Resources.MemoryMiB << 20,
 		Pids:        pidsLimit(rec.Resources),
 		NetNSPath:   att.NetNSPath,
+		UserNS:      userns,
+		Isolation:   isolationOf(*rec),
 		Binds: []Bind{
 			{Source: m.cfg.AgentBinary, Target: agentPathInSandbox, RO: true},
+			// sudo without setuid (no_new_privs is on): the agent binary
+			// run as sudo asks the agent (agent/sudo.go).
+			{Source: m.cfg.AgentBinary, Target: "/usr/bin/sudo", RO: true},
 			{Source: agentDir, Target: socketDirInSandbox},
 			{Source: filepath.Join(etcDir, "hosts"), Target: "/etc/hosts", RO: true},
 			{Source: filepath.Join(etcDir, "hostname"), Target: "/etc/hostname", RO: true},
@@ -153,6 +178,9 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		return fmt.Errorf("agent did not become ready: %w", err)
 	}
 	a.agent = ag
+	if err := m.cfg.Runtime.Verify(ctx, rec.ID, bundle); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	rec.State, rec.StartedAt, rec.ImageDigest, rec.OOMKilled = api.StateRunning, now, img.Digest, false
 	rec.RunID = newArtifactID("run_")
@@ -167,6 +195,15 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	}
 	m.journal(ctx, a.name, op, fmt.Sprintf("%s in %s", rec.ID, time.Since(t0).Round(time.Millisecond)))
 	return nil
+}
+
+// agentArgs is the agent's command line.
+func agentArgs() []string {
+	args := []string{agentPathInSandbox, "--socket", socketDirInSandbox + "/" + socketNameInSandbox}
+	if weaken.Off(weaken.FDAllowlist) {
+		args = append(args, "--no-fd-check")
+	}
+	return args
 }
 
 // writeEtc writes the files berth owns inside the sandbox's /etc.
@@ -245,6 +282,9 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 	}
 	if err := m.cfg.Rootfs.Unmount(ctx, id); err != nil {
 		return fmt.Errorf("unmount rootfs %s: %w", id, err)
+	}
+	if err := m.cfg.Runtime.ReleaseBundle(m.sandboxDir(id)); err != nil {
+		return fmt.Errorf("release bundle %s: %w", id, err)
 	}
 	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
 		return fmt.Errorf("remove run dir %s: %w", id, err)

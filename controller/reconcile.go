@@ -82,7 +82,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if ents, err := os.ReadDir(filepath.Join(m.cfg.RunDir, "sandboxes")); err == nil {
 		for _, e := range ents {
 			if !keep[e.Name()] {
-				_ = os.RemoveAll(filepath.Join(m.cfg.RunDir, "sandboxes", e.Name()))
+				d := filepath.Join(m.cfg.RunDir, "sandboxes", e.Name())
+				if err := m.cfg.Runtime.ReleaseBundle(d); err != nil {
+					m.cfg.Logf("reconcile: %v", err)
+					continue
+				}
+				_ = os.RemoveAll(d)
 			}
 		}
 	}

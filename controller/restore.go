@@ -148,7 +148,7 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			r := api.CreateSandboxRequest{Name: n, Snapshot: sn.ID, Internet: &src.Internet, Env: src.Env,
-				Labels: labels, SleepAfter: src.SleepAfter, KeepAlive: &src.KeepAlive}
+				Labels: labels, SleepAfter: src.SleepAfter, KeepAlive: &src.KeepAlive, Isolation: src.Isolation}
 			if src.Instance == "custom" {
 				r.Resources = &src.Resources
 			} else {

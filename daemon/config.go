@@ -22,6 +22,15 @@ type Config struct {
 	Bridge        string        // berth0
 	UpperSize     int64         // bytes for the sparse btrfs file holding writable layers; default 64 GiB
 	AlarmTick     time.Duration // how often due alarms are checked; default 1s
+	// UserNSBase is the first host uid/gid handed to sandboxes; each gets
+	// its own 65536 ids from there (default 2^28). Daemons sharing a host
+	// need disjoint bases.
+	UserNSBase uint32
+	// Runsc is the gVisor runtime for sandboxes with isolation "gvisor";
+	// default: runsc beside berth, then $PATH; none found = runc only.
+	Runsc string
+	// DefaultIsolation is used when a create request names none ("runc").
+	DefaultIsolation string
 	// E2BTemplates is a JSON file {"template-id": "image"} of E2B template
 	// IDs beyond the defaults (base, code-interpreter-v1); default
 	// <data>/e2b-templates.json, read if it exists.

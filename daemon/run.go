@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/e2b"
@@ -109,11 +110,14 @@ func Run(ctx context.Context, cfg Config) error {
 		logf("WARNING: %s=%s switches protections OFF (test-only negative controls): %s",
 			weaken.EnvVar, strings.Join(off, ","), strings.Join(off, ", "))
 	}
-	for _, d := range []string{cfg.DataDir, cfg.RunDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	// The run dir is searchable (not listable) by others so that a
+	// sandbox's mapped root reaches its own mount point under
+	// <run>/rootfs; everything else in it is 0700 or public (the agent).
+	for d, mode := range map[string]os.FileMode{cfg.DataDir: 0o700, cfg.RunDir: 0o711} {
+		if err := os.MkdirAll(d, mode); err != nil {
 			return err
 		}
-		if err := os.Chmod(d, 0o700); err != nil {
+		if err := os.Chmod(d, mode); err != nil {
 			return err
 		}
 	}
@@ -141,7 +145,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	rfs, err := rootfs.Open(ctx, cfg.DataDir, rootfs.Options{UpperSize: cfg.UpperSize})
+	// Mount points live in the run dir: a sandbox's mapped root must be able
+	// to reach its own root (see rootfs.Options.MountDir); the data dir
+	// stays 0700.
+	rfs, err := rootfs.Open(ctx, cfg.DataDir, rootfs.Options{UpperSize: cfg.UpperSize, MountDir: filepath.Join(cfg.RunDir, "rootfs")})
 	if err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
@@ -170,6 +177,24 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer eg.Close()
 	rt := runtime.New(cfg.Runtime, filepath.Join(cfg.RunDir, "runc"))
+	isolations := []string{api.IsolationRunc}
+	var gv *runtime.OCI
+	if cfg.Runsc == "" {
+		cfg.Runsc = findBeside(self(), "runsc")
+	}
+	if cfg.Runsc != "" {
+		gv = runtime.New(cfg.Runsc, filepath.Join(cfg.RunDir, "runsc"))
+		gv.Flags, gv.StartVia = runtime.GVisorFlags(), runtime.GVisorStartVia()
+		// runsc would create its state dir 0711; keep it host-only.
+		if err := os.MkdirAll(gv.Root, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(gv.Root, 0o700); err != nil {
+			return err
+		}
+		isolations = append(isolations, api.IsolationGVisor)
+		logf("gvisor: %s", cfg.Runsc)
+	}
 
 	blobs, blobDesc, err := openBlobs(ctx, cfg)
 	if err != nil {
@@ -215,15 +240,18 @@ func Run(ctx context.Context, cfg Config) error {
 			return preview.URL(pcfg, e), preview.PathURL(previewBase, e)
 		},
 		Blobs: blobs, Snapshots: layers{cache},
-		Store: st, Images: images{imgs}, Rootfs: rfs, Network: netAdapter{nm},
-		Runtime:     rtAdapter{r: rt, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
-		RunDir:      cfg.RunDir,
-		AgentBinary: agentBin,
-		DNS:         []string{network.Gateway(subnet).String()},
-		Egress:      eg,
-		AlarmTick:   cfg.AlarmTick,
-		Logf:        logf,
-		Policy:      pol,
+		Store: st, Images: images{imgs}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
+		UserNS:           controller.UserNSConfig{Base: cfg.UserNSBase},
+		Runtime:          rtAdapter{r: rt, gvisor: gv, runDir: cfg.RunDir, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
+		Isolations:       isolations,
+		DefaultIsolation: cfg.DefaultIsolation,
+		RunDir:           cfg.RunDir,
+		AgentBinary:      agentBin,
+		DNS:              []string{network.Gateway(subnet).String()},
+		Egress:           eg,
+		AlarmTick:        cfg.AlarmTick,
+		Logf:             logf,
+		Policy:           pol,
 	})
 	imgs.InUse = mgr.ImageInUse
 	objects := durable.NewHost(durable.Config{Store: st, Compute: compute{m: mgr, images: images{imgs}, policy: pol}, AlarmTick: cfg.AlarmTick, Logf: logf})
@@ -381,6 +409,11 @@ func hostDNS() []string {
 		}
 	}
 	return out
+}
+
+func self() string {
+	p, _ := os.Executable()
+	return p
 }
 
 // tenants resolves extra API keys through the policy's tenants.

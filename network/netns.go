@@ -95,6 +95,19 @@ func inNewNetNS(path string) (ns netns.NsHandle, h *netlink.Handle, err error) {
 			return ns, nil, fmt.Errorf("disable ipv6 in sandbox netns: %w", err)
 		}
 	}
+	// ICMP echo without CAP_NET_RAW: ping works through ping sockets for
+	// every group. Set here, not by the runtime: a sandbox in its own user
+	// namespace cannot write the sysctls of a netns the host owns.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
+		return ns, nil, fmt.Errorf("ping_group_range in sandbox netns: %w", err)
+	}
+	// Ports below 1024 need CAP_NET_BIND_SERVICE in the user namespace that
+	// owns the netns, the host's; the sandbox's root holds it only in its
+	// own. Every port of the sandbox's own netns is its to bind (as
+	// container engines do by default).
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("0"), 0); err != nil {
+		return ns, nil, fmt.Errorf("ip_unprivileged_port_start in sandbox netns: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return ns, nil, fmt.Errorf("create netns file: %w", err)

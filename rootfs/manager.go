@@ -29,12 +29,20 @@ type Options struct {
 	// UpperSize is the size of the sparse uppers image created on first
 	// Open (default 64 GiB). It is not changed for an existing image.
 	UpperSize int64
+	// MountDir holds the rootfs mount points (<MountDir>/<id>/rootfs);
+	// default <dataDir>/sandboxes. A sandbox in a user namespace must be
+	// able to reach its own mount point as its mapped root, so MountDir and
+	// its ancestors need search permission for others (0711); each <id> dir
+	// is then 0710 with the sandbox's group, so only that sandbox (and host
+	// root) gets past it.
+	MountDir string
 }
 
 // Manager owns the rootfs mounts and writable layers under one data dir.
 // It is safe for concurrent use; operations on the same id are serialized.
 type Manager struct {
 	dataDir, uppers, sandboxes string
+	mountDir                   string
 	lockFile                   *os.File
 
 	mu    sync.Mutex
@@ -66,6 +74,20 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Manager, error) {
 		uppers:    filepath.Join(abs, "uppers"),
 		sandboxes: filepath.Join(abs, "sandboxes"),
 		locks:     map[string]*idLock{},
+		mountDir:  opts.MountDir,
+	}
+	if m.mountDir == "" {
+		m.mountDir = m.sandboxes
+	} else {
+		if m.mountDir, err = filepath.Abs(m.mountDir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(m.mountDir, 0o711); err != nil {
+			return nil, fmt.Errorf("rootfs: %w", err)
+		}
+		if err := os.Chmod(m.mountDir, 0o711); err != nil {
+			return nil, fmt.Errorf("rootfs: %w", err)
+		}
 	}
 	for _, d := range []string{m.dataDir, m.uppers, m.sandboxes} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -163,7 +185,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 
 // RootfsPath is where Mount mounts the sandbox's rootfs.
 func (m *Manager) RootfsPath(id string) string {
-	return filepath.Join(m.sandboxes, id, "rootfs")
+	return filepath.Join(m.mountDir, id, "rootfs")
 }
 
 // UpperDir is the sandbox's writable layer (for snapshots). Read it only
@@ -179,8 +201,15 @@ func (m *Manager) workDir(id string) string { return filepath.Join(m.uppers, id,
 // sandbox wakes with its files) and setting its disk limit to diskBytes
 // (0 = no limit beyond the image). Mounting an already-mounted id with the
 // same lowers only updates the limit.
-func (m *Manager) Mount(ctx context.Context, id string, lowers []string, diskBytes int64) (string, error) {
+//
+// With idmap enabled, every layer is first given an idmapped view (see
+// idmappedLayers) and the overlay is built from the views, so the sandbox's
+// user namespace sees its own ids while the files on disk keep them.
+func (m *Manager) Mount(ctx context.Context, id string, lowers []string, diskBytes int64, idmap IDMap) (string, error) {
 	if err := validID(id); err != nil {
+		return "", err
+	}
+	if err := idmap.validate(); err != nil {
 		return "", err
 	}
 	if diskBytes < 0 {
@@ -219,23 +248,68 @@ func (m *Manager) Mount(ctx context.Context, id string, lowers []string, diskByt
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return "", fmt.Errorf("rootfs: %w", err)
 	}
+	// Only host root and, with a map, the sandbox's own root group pass
+	// the mount point's parent.
+	parent, gid := filepath.Dir(target), 0
+	if idmap.Enabled() {
+		gid = int(idmap.HostID)
+	}
+	if err := os.Chown(parent, 0, gid); err != nil {
+		return "", fmt.Errorf("rootfs: %w", err)
+	}
+	if err := os.Chmod(parent, 0o710); err != nil {
+		return "", fmt.Errorf("rootfs: %w", err)
+	}
 	if e, ok, err := m.mountAt(target); err != nil {
 		return "", err
 	} else if ok {
-		if e.FSType == "overlay" && strings.Contains(e.SuperOpts, lowerOpt+",") {
+		if e.FSType == "overlay" && strings.Contains(e.SuperOpts, lowerOpt+",") && !idmap.Enabled() {
 			return target, nil
 		}
-		return "", errdefs.FailedPrecondition("sandbox %s rootfs is already mounted with other layers (%s); unmount it first", id, e.SuperOpts)
+		if !idmap.Enabled() {
+			return "", errdefs.FailedPrecondition("sandbox %s rootfs is already mounted with other layers (%s); unmount it first", id, e.SuperOpts)
+		}
+		// The views cannot be compared cheaply: mount afresh.
+		if err := m.unmountLocked(id); err != nil {
+			return "", err
+		}
+	}
+	if idmap.Enabled() {
+		views, up, err := idmappedLayers(m.idmapDir(id), idmap, lowers, sub)
+		if err != nil {
+			_ = unmountUnder(m.idmapDir(id))
+			return "", err
+		}
+		if lowerOpt, err = lowerdirOption(views); err != nil {
+			_ = unmountUnder(m.idmapDir(id))
+			return "", err
+		}
+		upper, work = filepath.Join(up, "upper"), filepath.Join(up, "work")
 	}
 	data := lowerOpt + ",upperdir=" + upper + ",workdir=" + work + ",index=off"
 	if len(data) > maxMountData {
 		return "", errdefs.InvalidArgument("sandbox %s: overlay options are %d bytes, over the %d-byte mount limit (%d layers); keep layer paths short or flatten the image", id, len(data), maxMountData, len(lowers))
 	}
-	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+	mount := func() error { return unix.Mount("overlay", target, "overlay", 0, data) }
+	if idmap.Enabled() {
+		mount = func() error { return mountAsMappedRoot(idmap, target, data) }
+	}
+	if err := mount(); err != nil {
+		_ = unmountUnder(m.idmapDir(id))
 		return "", fmt.Errorf("rootfs: mount overlay for %s: %w", id, err)
+	}
+	// overlayfs falls back to a read-only mount when it cannot use its
+	// work dir; a sandbox never starts on a silently degraded root.
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(target, &sfs); err != nil || sfs.Flags&unix.ST_RDONLY != 0 {
+		_ = m.unmountLocked(id)
+		return "", errdefs.FailedPrecondition("rootfs: overlay for %s came up read-only (see the kernel log)", id)
 	}
 	return target, nil
 }
+
+// idmapDir holds a sandbox's idmapped layer views (l/<n>, u).
+func (m *Manager) idmapDir(id string) string { return filepath.Join(m.sandboxes, id, "idmap") }
 
 // lowerdirOption builds "lowerdir=top:...:bottom" from lowest-first paths.
 func lowerdirOption(lowers []string) (string, error) {
@@ -273,7 +347,35 @@ func (m *Manager) Unmount(ctx context.Context, id string) error {
 }
 
 func (m *Manager) unmountLocked(id string) error {
-	target := m.RootfsPath(id)
+	if err := m.unmountRootfs(id); err != nil {
+		return err
+	}
+	// The idmapped views under the overlay, once it is gone.
+	if err := unmountUnder(m.idmapDir(id)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.idmapDir(id)); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) unmountRootfs(id string) error {
+	if err := m.unmountAt(m.RootfsPath(id)); err != nil {
+		return err
+	}
+	// A rootfs mounted by an older berth, before mount points moved to
+	// MountDir (an adopted sandbox going to sleep after an upgrade).
+	if legacy := filepath.Join(m.sandboxes, id, "rootfs"); legacy != m.RootfsPath(id) {
+		if err := m.unmountAt(legacy); err != nil {
+			return err
+		}
+		_ = os.Remove(legacy)
+	}
+	return nil
+}
+
+func (m *Manager) unmountAt(target string) error {
 	for i := 0; i < 8; i++ { // stacked mounts (a crash between mounts) are all removed
 		_, ok, err := m.mountAt(target)
 		if err != nil || !ok {
@@ -323,7 +425,8 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := os.Remove(m.RootfsPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("rootfs: %w", err)
 	}
-	_ = os.Remove(filepath.Join(m.sandboxes, id)) // only if empty: the controller may keep a bundle there
+	_ = os.Remove(filepath.Join(m.mountDir, id)) // only if empty: the controller may keep a bundle there
+	_ = os.Remove(filepath.Join(m.sandboxes, id))
 	return nil
 }
 
@@ -333,14 +436,20 @@ func (m *Manager) Mounted(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	prefix := m.sandboxes + "/"
 	seen := map[string]bool{}
 	var ids []string
 	for _, e := range ms {
-		if !strings.HasPrefix(e.Point, prefix) || !strings.HasSuffix(e.Point, "/rootfs") {
+		// <mountDir>/<id>/rootfs, or an idmapped view
+		// <sandboxes>/<id>/idmap/... left by a crash.
+		var rest string
+		if r, ok := strings.CutPrefix(e.Point, m.mountDir+"/"); ok {
+			rest = r
+		} else if r, ok := strings.CutPrefix(e.Point, m.sandboxes+"/"); ok {
+			rest = r
+		} else {
 			continue
 		}
-		id := strings.TrimSuffix(strings.TrimPrefix(e.Point, prefix), "/rootfs")
+		id, _, _ := strings.Cut(rest, "/")
 		if validID(id) == nil && !seen[id] {
 			seen[id] = true
 			ids = append(ids, id)

@@ -82,7 +82,7 @@ func TestMountLayersAndKeepUpper(t *testing.T) {
 	m, _ := openTest(t)
 	ctx := context.Background()
 	lowers := twoLayers(t)
-	root, err := m.Mount(ctx, "sb1", lowers, 64<<20)
+	root, err := m.Mount(ctx, "sb1", lowers, 64<<20, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +113,10 @@ func TestMountLayersAndKeepUpper(t *testing.T) {
 	}
 
 	// Idempotent mount, then Mounted/Known.
-	if again, err := m.Mount(ctx, "sb1", lowers, 64<<20); err != nil || again != root {
+	if again, err := m.Mount(ctx, "sb1", lowers, 64<<20, IDMap{}); err != nil || again != root {
 		t.Fatalf("second Mount = %q, %v", again, err)
 	}
-	if _, err := m.Mount(ctx, "sb1", lowers[:1], 64<<20); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := m.Mount(ctx, "sb1", lowers[:1], 64<<20, IDMap{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("mount with different lowers while mounted: err = %v, want failed precondition", err)
 	}
 	if ids, _ := m.Mounted(ctx); strings.Join(ids, ",") != "sb1" {
@@ -133,7 +133,7 @@ func TestMountLayersAndKeepUpper(t *testing.T) {
 	if ids, _ := m.Mounted(ctx); len(ids) != 0 {
 		t.Errorf("Mounted after unmount = %v", ids)
 	}
-	if _, err := m.Mount(ctx, "sb1", lowers, 64<<20); err != nil {
+	if _, err := m.Mount(ctx, "sb1", lowers, 64<<20, IDMap{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, filepath.Join(root, "new")); got != "written" {
@@ -173,7 +173,7 @@ func TestReopenRemountsImage(t *testing.T) {
 		t.Errorf("second Open of the same dir: %v, want failed precondition", err)
 	}
 	lowers := twoLayers(t)
-	root, err := m.Mount(ctx, "keep", lowers, 32<<20)
+	root, err := m.Mount(ctx, "keep", lowers, 32<<20, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestReopenRemountsImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { m.Shutdown(ctx); m.Close() }()
-	if _, err := m.Mount(ctx, "keep", lowers, 32<<20); err != nil {
+	if _, err := m.Mount(ctx, "keep", lowers, 32<<20, IDMap{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, filepath.Join(root, "f")); got != "survives" {
@@ -237,7 +237,7 @@ func TestDiskLimit(t *testing.T) {
 	const limit = 64 << 20
 	const slack = 16 << 20
 
-	root, err := m.Mount(ctx, "full", lowers, limit)
+	root, err := m.Mount(ctx, "full", lowers, limit, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestDiskLimit(t *testing.T) {
 	}
 
 	// Raising the limit on a mounted sandbox takes effect (resize).
-	if _, err := m.Mount(ctx, "full", lowers, 4*limit); err != nil {
+	if _, err := m.Mount(ctx, "full", lowers, 4*limit, IDMap{}); err != nil {
 		t.Fatal(err)
 	}
 	if w, err := fill(filepath.Join(root, "big2"), 2*limit); err != nil {
@@ -279,7 +279,7 @@ func TestDiskLimit(t *testing.T) {
 	// Negative control: the same write without a quota goes past the limit
 	// and the image grows past limit+slack, so both assertions above are
 	// about the quota, not about the image size or the measurement.
-	root2, err := m.Mount(ctx, "nolimit", lowers, 0)
+	root2, err := m.Mount(ctx, "nolimit", lowers, 0, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestMountRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
 	lowers := twoLayers(t)
 	for _, id := range []string{"", "..", "a/b", "../x", "a\x00b", strings.Repeat("x", 200)} {
-		if _, err := m.Mount(ctx, id, lowers, 0); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := m.Mount(ctx, id, lowers, 0, IDMap{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("id %q: err = %v, want invalid argument", id, err)
 		}
 	}
@@ -315,10 +315,10 @@ func TestMountRejectsBadInput(t *testing.T) {
 	if err := os.Mkdir(comma, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Mount(ctx, "inj", []string{comma}, 0); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := m.Mount(ctx, "inj", []string{comma}, 0, IDMap{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("lower with a comma: err = %v, want invalid argument", err)
 	}
-	if _, err := m.Mount(ctx, "none", nil, 0); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := m.Mount(ctx, "none", nil, 0, IDMap{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("no lowers: err = %v", err)
 	}
 	// A lowerdir list longer than a page is refused with a clear error.
@@ -326,7 +326,7 @@ func TestMountRejectsBadInput(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		many = append(many, lowers[0])
 	}
-	_, err := m.Mount(ctx, "many", many, 0)
+	_, err := m.Mount(ctx, "many", many, 0, IDMap{})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "mount limit") {
 		t.Errorf("200 layers: err = %v", err)
 	}
@@ -338,7 +338,7 @@ func TestMountRejectsBadInput(t *testing.T) {
 // limit (checklist #21) instead of filling the shared filesystem.
 func TestInodeExhaustionHitsQuota(t *testing.T) {
 	m, _ := openTest(t)
-	root, err := m.Mount(context.Background(), "inodes", twoLayers(t), 1<<20)
+	root, err := m.Mount(context.Background(), "inodes", twoLayers(t), 1<<20, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

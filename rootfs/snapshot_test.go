@@ -15,7 +15,7 @@ import (
 func TestSnapshotUpperIsFrozenCopy(t *testing.T) {
 	m, _ := openTest(t)
 	ctx := context.Background()
-	root, err := m.Mount(ctx, "snapme", twoLayers(t), 64<<20)
+	root, err := m.Mount(ctx, "snapme", twoLayers(t), 64<<20, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestSnapshotUpperErrorsAndPrune(t *testing.T) {
 	if _, _, err := m.SnapshotUpper(ctx, "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("bad id: %v", err)
 	}
-	if _, err := m.Mount(ctx, "p", twoLayers(t), 0); err != nil {
+	if _, err := m.Mount(ctx, "p", twoLayers(t), 0, IDMap{}); err != nil {
 		t.Fatal(err)
 	}
 	// Two leaked snapshots (a crash before release) are pruned.

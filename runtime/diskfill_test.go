@@ -21,7 +21,7 @@ func TestDiskFillInsideSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Shutdown(ctx); m.Close() })
-	root, err := m.Mount(ctx, "fill", []string{fx.lower}, 32<<20)
+	root, err := m.Mount(ctx, "fill", []string{fx.lower}, 32<<20, rootfs.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

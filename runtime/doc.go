@@ -14,45 +14,69 @@
 //
 // # Posture (checklist #12-#17)
 //
-// Never privileged. Root in the sandbox is uid 0 without a user namespace,
-// so every other layer matters:
+// Never privileged. With isolation "runc" (the default):
+//   - User namespace: sandbox ids 0..65535 are host ids HostID.. (a range of
+//     its own per sandbox, allocated by the controller). Root in the sandbox
+//     holds no capability over anything the host owns; its netns belongs to
+//     the host's user namespace, so not even its own network config.
+//     The root filesystem's layers are idmapped mounts (rootfs package), so
+//     files keep in-sandbox ids on disk. sysfs cannot be mounted from the
+//     user namespace into a host-owned netns; the daemon mounts one from a
+//     thread inside the sandbox's netns (MountSysfs) and the spec
+//     bind-mounts it read-only at /sys.
 //   - Capabilities: Docker's default set minus NET_RAW and MKNOD (see
-//     Capabilities for the reason behind each one kept).
+//     Capabilities for the reason behind each one kept), all of them
+//     relative to the sandbox's user namespace.
 //   - no_new_privs: setuid binaries and file capabilities cannot raise
-//     privileges.
-//   - Namespaces: pid, mount, uts, ipc, network (a fresh empty one or the
-//     path the network package prepared) and cgroup.
+//     privileges (sudo is the agent's, see agent/sudo.go).
+//   - Namespaces: user, pid, mount, uts, ipc, network (the path the network
+//     package prepared) and cgroup.
 //   - Masked paths (/proc/kcore, /proc/keys, /proc/timer_list, /sys/firmware,
-//     powercap ...) and read-only paths (/proc/sys, /proc/sysrq-trigger, ...);
-//     /sys and the namespaced cgroupfs are mounted read-only.
-//   - /dev is a small tmpfs with runc's default devices only; the device
-//     cgroup denies all others; /dev/pts is a new instance; /dev/shm is
-//     size-capped.
+//     powercap ...) and read-only paths (/proc/sys, so core_pattern too,
+//     /proc/sysrq-trigger, ...); /sys and the namespaced cgroupfs are
+//     mounted read-only.
+//   - Devices: DeviceAllowlist (deny all, then null, zero, full, random,
+//     urandom, tty, console, ptmx, pts); /dev is a small tmpfs; /dev/pts a
+//     new instance; /dev/shm size-capped.
 //   - RLIMIT_NOFILE set; oom_score_adj 500 so the kernel's global OOM killer
 //     prefers sandbox processes to the daemon.
+//   - Fail closed: every step is in the spec, runc fails the create if it
+//     cannot apply one, and VerifyPosture compares the running agent's
+//     NoNewPrivs, Seccomp, CapBnd/CapEff and uid_map with the spec before
+//     the sandbox is reported running.
 //
-// # Seccomp: default-allow with an explicit deny list
+// Each protection has a test-only switch (internal/weaken) that turns it
+// off, for the adversarial suite's negative controls; the daemon warns
+// loudly when one is set.
 //
-// Chosen over an allowlist for now because sandboxes run arbitrary developer
-// tooling (language runtimes, debuggers, build systems) and an allowlist that
-// misses a syscall breaks a user's program in ways that are hard to
-// diagnose; the denied syscalls are the ones with a record of escapes or
-// kernel LPEs, or with host-wide effect, and most of them are also refused
-// by the dropped capabilities, so seccomp is a second wall. Where seccomp is
-// the only wall (keyctl, unshare/clone(CLONE_NEWUSER), io_uring, userfaultfd
-// in user mode, AF_ALG/AF_VSOCK and other rare socket families) the tests
-// show it with a negative control. The cost of default-allow: a syscall that
-// libseccomp does not know by name, or one added to a future kernel, is
-// allowed until listed. Only SCMP_ARCH_X86_64 is listed, so the i386
-// (int 0x80) and x32 ABIs hit the filter's bad-arch action: the calling
-// thread is killed with SIGSYS (libseccomp's default; the runtime spec has no
-// field to make it kill the whole process, so a multi-threaded caller lingers
-// with that one thread dead; the syscall never runs). clone3 returns ENOSYS (its flags live in memory seccomp cannot
-// read; libc falls back to clone, which is filtered). ptrace is allowed:
-// since Linux 4.8 it cannot be used to bypass seccomp, it only reaches
-// processes inside the sandbox's pid namespace, and debuggers and strace
-// are tools agents use; the agent is not a trust anchor (the host treats its
-// replies as untrusted), so a sandbox process tracing it gains nothing.
+// # Seccomp: an allowlist
+//
+// The profile (seccomp.go) allows the container ecosystem default profile's
+// unconditional x86_64 set plus what berth's capabilities imply (chroot)
+// and what is safe since Linux 4.8 (ptrace, process_vm_*); clone and
+// unshare only without namespace flags, socket only for AF_UNIX, AF_INET,
+// AF_INET6, AF_NETLINK and AF_PACKET, personality only for the four
+// harmless values. Blocked syscalls (mount API, setns, keyctl, bpf,
+// perf_event_open, io_uring, userfaultfd, module and kexec calls,
+// open_by_handle_at, host-wide clock/swap/reboot ...) return EPERM;
+// anything the profile does not know returns ENOSYS, so a program probing
+// a newer syscall takes its fallback. Nested user namespaces stay refused
+// even though the sandbox itself runs in one: creating one hands the caller
+// every capability over new mount and network namespaces, which is where
+// the recent unprivileged LPEs live (CVE-2022-0185, CVE-2023-32233), and
+// mount stays refused with it. Only SCMP_ARCH_X86_64 is listed, so the
+// i386 (int 0x80) and x32 ABIs hit the filter's bad-arch action: the
+// calling thread is killed with SIGSYS. clone3 returns ENOSYS (its flags
+// live in memory seccomp cannot read; libc falls back to clone, which is
+// filtered).
+//
+// # gVisor
+//
+// With isolation "gvisor" the same spec runs under runsc (GVisorFlags):
+// the sentry is the boundary (a user-space kernel with its own seccomp
+// filter on the host side), so the host user namespace map, the host-made
+// sysfs and VerifyPosture do not apply; network is gVisor's netstack over
+// the sandbox's veth.
 //
 // # Cgroups
 //

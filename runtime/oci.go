@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/weaken"
 )
 
 // OCI drives an OCI runtime binary through the runc command-line contract.
@@ -25,6 +26,12 @@ type OCI struct {
 	Root   string // --root: the runtime's state dir, e.g. /run/berth/runc
 	// LogDir, if set, receives <id>.runc.log instead of <bundle>/runc.log.
 	LogDir string
+	// Flags are global flags put before every command (runsc's platform,
+	// network and file options).
+	Flags []string
+	// StartVia, if set, is a command line that runs the start command
+	// (the runtime binary and its arguments are appended); see GVisorStartVia.
+	StartVia []string
 }
 
 // State is the runtime's view of one container.
@@ -50,7 +57,8 @@ const maxErrTail = 1024
 func New(binary, root string) *OCI { return &OCI{Binary: binary, Root: root} }
 
 func (r *OCI) command(ctx context.Context, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, r.Binary, append([]string{"--root", r.Root}, args...)...)
+	all := append([]string{"--root", r.Root}, r.Flags...)
+	return exec.CommandContext(ctx, r.Binary, append(all, args...)...)
 }
 
 // run executes a runtime command whose stdio is not inherited by a container,
@@ -110,8 +118,23 @@ func (r *OCI) Create(ctx context.Context, id, bundle string) error {
 	logStart := fileSize(logPath)
 	outStart := fileSize(out.Name())
 
-	cmd := r.command(ctx, "--log", logPath, "--log-format", "json",
-		"create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFile), id)
+	args := []string{"--log", logPath, "--log-format", "json",
+		"create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFile)}
+	var leak *os.File
+	if weaken.Off(weaken.FDAllowlist) {
+		// Negative control for the fd allowlist: hand the container a
+		// host directory fd, as the CVE-2024-21626 leak did. The agent,
+		// told not to check (--no-fd-check), passes it on to every command.
+		if leak, err = os.Open(bundle); err != nil {
+			return err
+		}
+		defer leak.Close()
+		args = append(args, "--preserve-fds", "1")
+	}
+	cmd := r.command(ctx, append(args, id)...)
+	if leak != nil {
+		cmd.ExtraFiles = []*os.File{leak}
+	}
 	// Files, not pipes: the container inherits these fds, and a pipe would
 	// keep cmd.Wait blocked for the container's whole life.
 	cmd.Stdout, cmd.Stderr = out, out
@@ -130,6 +153,18 @@ func (r *OCI) Create(ctx context.Context, id, bundle string) error {
 
 // Start runs the created container's process.
 func (r *OCI) Start(ctx context.Context, id string) error {
+	if len(r.StartVia) > 0 {
+		via := &OCI{Binary: r.StartVia[0], Root: r.Root, Flags: r.Flags}
+		prefix := append(append([]string(nil), r.StartVia[1:]...), r.Binary, "--root", r.Root)
+		cmd := exec.CommandContext(ctx, via.Binary, append(append(prefix, r.Flags...), "start", id)...)
+		var stderr tailBuffer
+		stderr.max = maxErrTail
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return classify(fmt.Sprintf("%s start %s: %v: %s", filepath.Base(r.Binary), id, err, strings.TrimSpace(stderr.String())))
+		}
+		return nil
+	}
 	_, err := r.run(ctx, "start", id)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/weaken"
 )
 
 // Limits are a sandbox's cgroup bounds. Zero means "no limit" for each.
@@ -31,8 +32,20 @@ type SpecOptions struct {
 	Mounts                   []specs.Mount // extra mounts from the controller (agent binary, socket dir, resolv.conf, hosts)
 	CgroupsPath              string        // e.g. "/berth/<id>"
 	NoSeccomp                bool          // negative-control tests only
-	ReadonlyPaths            []string      // nil = DefaultReadonlyPaths
-	MaskedPaths              []string      // nil = DefaultMaskedPaths
+	// UserNS maps the sandbox's ids 0..Size-1 to host ids HostID.. in a new
+	// user namespace; nil runs without one (root is host root).
+	UserNS *IDMapping
+	// SysfsSource, if set, is a read-only sysfs mounted by the host in the
+	// sandbox's netns (MountSysfs), bind-mounted at /sys instead of a
+	// sysfs mount the container cannot make from its user namespace.
+	SysfsSource   string
+	ReadonlyPaths []string // nil = DefaultReadonlyPaths
+	MaskedPaths   []string // nil = DefaultMaskedPaths
+}
+
+// IDMapping is one contiguous uid and gid mapping (the same for both).
+type IDMapping struct {
+	HostID, Size uint32
 }
 
 // Capabilities is the whole capability set of a sandbox (bounding = effective
@@ -117,6 +130,9 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 		env = append(env, defaultPath)
 	}
 	caps := append([]string(nil), Capabilities...)
+	if weaken.Off(weaken.Caps) {
+		caps = ownCapabilities()
+	}
 	oom := OOMScoreAdj
 	s := &specs.Spec{
 		Version:  specs.Version,
@@ -131,10 +147,10 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
 			Rlimits:         []specs.POSIXRlimit{nofile()},
-			NoNewPrivileges: true, // setuid binaries and file caps cannot raise privileges (checklist #17)
+			NoNewPrivileges: !weaken.Off(weaken.NoNewPrivs), // setuid binaries and file caps cannot raise privileges (checklist #17)
 			OOMScoreAdj:     &oom,
 		},
-		Mounts: defaultMounts(),
+		Mounts: defaultMounts(weaken.Off(weaken.MaskedPaths)),
 		Linux: &specs.Linux{
 			CgroupsPath: o.CgroupsPath,
 			Namespaces: []specs.LinuxNamespace{
@@ -143,14 +159,40 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 				{Type: specs.NetworkNamespace, Path: o.NetNSPath},
 				{Type: specs.CgroupNamespace},
 			},
-			Resources: resources(o.Limits),
-			// ICMP echo without NET_RAW: ping works through ping sockets.
-			Sysctl:        map[string]string{"net.ipv4.ping_group_range": "0 2147483647"},
+			Resources:     resources(o.Limits),
 			MaskedPaths:   orDefault(o.MaskedPaths, DefaultMaskedPaths),
 			ReadonlyPaths: orDefault(o.ReadonlyPaths, DefaultReadonlyPaths),
 		},
 	}
-	if !o.NoSeccomp {
+	if o.SysfsSource != "" {
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/sys" {
+				opts := []string{"rbind", "nosuid", "noexec", "nodev", "ro"}
+				if weaken.Off(weaken.MaskedPaths) {
+					opts = opts[:4]
+				}
+				s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "bind", Source: o.SysfsSource, Options: opts}
+			}
+		}
+	}
+	if weaken.Off(weaken.MaskedPaths) {
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = []string{}, []string{}
+	}
+	if o.UserNS != nil && !weaken.Off(weaken.UserNS) {
+		if o.UserNS.HostID == 0 || o.UserNS.Size == 0 {
+			return nil, errdefs.InvalidArgument("user namespace mapping %+v maps host root or nothing", *o.UserNS)
+		}
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: o.UserNS.HostID, Size: o.UserNS.Size}}
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings, s.Linux.GIDMappings = m, append([]specs.LinuxIDMapping(nil), m...)
+		// A joined netns belongs to the host's user namespace, so the
+		// container cannot write its net.* sysctls; the network package
+		// sets ping_group_range when it creates the netns.
+	} else {
+		// ICMP echo without NET_RAW: ping works through ping sockets.
+		s.Linux.Sysctl = map[string]string{"net.ipv4.ping_group_range": "0 2147483647"}
+	}
+	if !o.NoSeccomp && !weaken.Off(weaken.Seccomp) {
 		s.Linux.Seccomp = Seccomp()
 	}
 	for _, m := range o.Mounts {
@@ -178,14 +220,18 @@ func nofile() specs.POSIXRlimit {
 	return specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Soft: soft, Hard: hard}
 }
 
-func defaultMounts() []specs.Mount {
+func defaultMounts(rwSys bool) []specs.Mount {
+	sys := []string{"nosuid", "noexec", "nodev", "ro"}
+	if rwSys {
+		sys = sys[:3]
+	}
 	return []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=" + shmSize}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sys},
 		// With a cgroup namespace the sandbox sees only its own subtree, read-only
 		// (CVE-2022-0492: writing release_agent needs a writable cgroupfs).
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
@@ -193,10 +239,9 @@ func defaultMounts() []specs.Mount {
 }
 
 func resources(l Limits) *specs.LinuxResources {
-	r := &specs.LinuxResources{
-		// Deny every device; runc adds back the standard set (null, zero,
-		// full, random, urandom, tty, ptmx and pts). No /dev/mem, no disks.
-		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	r := &specs.LinuxResources{Devices: DeviceAllowlist()}
+	if weaken.Off(weaken.Devices) {
+		r.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
 	}
 	if l.MemoryBytes > 0 {
 		mem, swap := l.MemoryBytes, l.MemoryBytes
@@ -211,7 +256,7 @@ func resources(l Limits) *specs.LinuxResources {
 		}
 		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period, Shares: &shares}
 	}
-	if l.Pids > 0 {
+	if l.Pids > 0 && !weaken.Off(weaken.PIDLimit) {
 		p := l.Pids
 		r.Pids = &specs.LinuxPids{Limit: &p}
 	}
@@ -278,4 +323,65 @@ func WriteBundle(dir string, s *specs.Spec) error {
 		return fmt.Errorf("write bundle %s: %w", dir, err)
 	}
 	return nil
+}
+
+func devRule(major, minor int64, access string) specs.LinuxDeviceCgroup {
+	maj, min := major, minor
+	r := specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &maj, Access: access}
+	if minor >= 0 {
+		r.Minor = &min
+	}
+	return r
+}
+
+// DeviceAllowlist is the device cgroup rule set: everything denied, then
+// the character devices a Linux userland needs. No block devices, no
+// /dev/mem or /dev/kmsg, no disks, no mknod of anything else (MKNOD is not
+// granted either; in a user namespace mknod of devices is refused anyway).
+func DeviceAllowlist() []specs.LinuxDeviceCgroup {
+	return []specs.LinuxDeviceCgroup{
+		{Allow: false, Access: "rwm"},
+		devRule(1, 3, "rwm"),   // /dev/null
+		devRule(1, 5, "rwm"),   // /dev/zero
+		devRule(1, 7, "rwm"),   // /dev/full
+		devRule(1, 8, "rwm"),   // /dev/random
+		devRule(1, 9, "rwm"),   // /dev/urandom
+		devRule(5, 0, "rwm"),   // /dev/tty
+		devRule(5, 1, "rw"),    // /dev/console
+		devRule(5, 2, "rwm"),   // /dev/ptmx
+		devRule(136, -1, "rw"), // /dev/pts/*
+	}
+}
+
+// allCapabilities is every capability; only the Caps negative control
+// (internal/weaken) hands it out.
+var allCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
+	"CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE",
+	"CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW",
+	"CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT",
+	"CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE",
+	"CAP_SYS_RESOURCE", "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE",
+	"CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE",
+	"CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ",
+	"CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE",
+}
+
+// ownCapabilities is every capability in this process's bounding set (a
+// daemon under a restricted supervisor may lack some; runc cannot grant
+// more than it has).
+func ownCapabilities() []string {
+	st, err := procStatus(os.Getpid())
+	if err != nil {
+		return append([]string(nil), allCapabilities...)
+	}
+	var bnd uint64
+	fmt.Sscanf(st["CapBnd"], "%x", &bnd)
+	var out []string
+	for bit, c := range allCapabilities {
+		if bnd&(1<<bit) != 0 {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -96,8 +96,13 @@ func TestSpecPosture(t *testing.T) {
 	if *r.Pids.Limit != 512 {
 		t.Errorf("pids %d", *r.Pids.Limit)
 	}
-	if len(r.Devices) != 1 || r.Devices[0].Allow || r.Devices[0].Access != "rwm" {
+	if len(r.Devices) == 0 || r.Devices[0].Allow || r.Devices[0].Access != "rwm" {
 		t.Errorf("device cgroup must start with deny-all: %+v", r.Devices)
+	}
+	for _, d := range r.Devices[1:] {
+		if d.Type != "c" || d.Major == nil || (*d.Major != 1 && *d.Major != 5 && *d.Major != 136) {
+			t.Errorf("device rule outside the allowlist: %+v", d)
+		}
 	}
 }
 
@@ -113,15 +118,35 @@ func TestSeccompProfile(t *testing.T) {
 	if !slices.Equal(sc.Architectures, []specs.Arch{specs.ArchX86_64}) {
 		t.Errorf("architectures = %v, want x86_64 only (kills int 0x80 / x32)", sc.Architectures)
 	}
-	unconditional := map[string]uint{}
+	if sc.DefaultAction != specs.ActErrno || sc.DefaultErrnoRet == nil || *sc.DefaultErrnoRet != 38 {
+		t.Errorf("default action %v, want ENOSYS for every syscall not allowed (allowlist)", sc.DefaultAction)
+	}
+	unconditional := map[string]uint{} // errno of unconditional ERRNO rules
+	allowed := map[string]bool{}       // unconditional ALLOW
 	conditional := map[string]int{}
 	for _, r := range sc.Syscalls {
 		for _, n := range r.Names {
-			if len(r.Args) == 0 {
-				unconditional[n] = *r.ErrnoRet
-			} else {
+			switch {
+			case len(r.Args) > 0:
 				conditional[n]++
+			case r.Action == specs.ActAllow:
+				if allowed[n] {
+					t.Errorf("%s allowed twice", n)
+				}
+				allowed[n] = true
+			default:
+				unconditional[n] = *r.ErrnoRet
 			}
+		}
+	}
+	for n := range unconditional {
+		if allowed[n] || conditional[n] > 0 && n != "clone3" {
+			t.Errorf("%s is both refused and allowed", n)
+		}
+	}
+	for _, n := range []string{"clone", "unshare", "socket", "personality"} {
+		if allowed[n] {
+			t.Errorf("%s must only be allowed through its argument rules", n)
 		}
 	}
 	for _, n := range []string{"mount", "umount2", "pivot_root", "setns", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "open_by_handle_at", "name_to_handle_at", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog"} {
@@ -137,8 +162,8 @@ func TestSeccompProfile(t *testing.T) {
 			t.Errorf("%s has no argument filter", n)
 		}
 	}
-	for _, n := range []string{"ptrace", "read", "write", "execve"} {
-		if _, ok := unconditional[n]; ok {
+	for _, n := range []string{"ptrace", "read", "write", "execve", "chroot", "setuid", "wait4", "pidfd_open"} {
+		if _, ok := unconditional[n]; ok || !allowed[n] {
 			t.Errorf("%s must stay allowed", n)
 		}
 	}
@@ -216,5 +241,39 @@ func TestWriteBundle(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
 		t.Errorf("temp files left: %v", ents)
+	}
+}
+
+func TestSpecUserNS(t *testing.T) {
+	o := baseOpts()
+	o.UserNS = &IDMapping{HostID: 1 << 28, Size: 65536}
+	o.SysfsSource = "/run/x/sys"
+	s, err := Spec(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.UserNamespace }) {
+		t.Errorf("no user namespace")
+	}
+	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1 << 28, Size: 65536}}
+	if !slices.Equal(s.Linux.UIDMappings, want) || !slices.Equal(s.Linux.GIDMappings, want) {
+		t.Errorf("mappings %v %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
+	}
+	if len(s.Linux.Sysctl) != 0 {
+		t.Errorf("net sysctls cannot be written from a user namespace: %v", s.Linux.Sysctl)
+	}
+	for _, m := range s.Mounts {
+		if m.Destination == "/sys" && (m.Source != "/run/x/sys" || !slices.Contains(m.Options, "ro")) {
+			t.Errorf("/sys mount %+v, want a read-only bind of the host-made sysfs", m)
+		}
+	}
+	// Negative control: without UserNS, sandbox root is host root.
+	s, _ = Spec(baseOpts())
+	if len(s.Linux.UIDMappings) != 0 {
+		t.Errorf("mappings without UserNS")
+	}
+	o.UserNS = &IDMapping{HostID: 0, Size: 65536}
+	if _, err := Spec(o); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a map onto host root: err = %v", err)
 	}
 }

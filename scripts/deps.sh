@@ -12,6 +12,15 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# Debian trixie as an extra source, pinned to priority 1 so nothing comes
+# from it unless asked for by name (below: nodejs/npm and runsc).
+trixie_source() {
+  if ! grep -rqs "trixie" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      > /etc/apt/sources.list.d/berth-trixie.sources
+    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 1\n' > /etc/apt/preferences.d/berth-trixie
+  fi
+}
 # Node.js >= 20.18.1 and npm for the E2B SDK compatibility tests (test/compat;
 # the pinned e2b SDK's engines field). Bookworm ships Node 18, so take trixie's
 # nodejs and npm, with trixie pinned low so nothing else comes from it unasked.
@@ -21,16 +30,21 @@ node_ok() {
     process.exit(a > 20 || (a === 20 && (b > 18 || (b === 18 && c >= 1))) ? 0 : 1)'
 }
 if ! node_ok; then
-  if ! grep -rqs "trixie" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-      > /etc/apt/sources.list.d/berth-trixie.sources
-    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 1\n' > /etc/apt/preferences.d/berth-trixie
-  fi
+  trixie_source
   echo "==> apt-get install -t trixie nodejs npm"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq -t trixie nodejs npm >/dev/null
   node_ok || { echo "nodejs >= 20.18.1 with npm is required for test/compat" >&2; exit 1; }
+fi
+# gVisor (runsc) for sandboxes created with isolation "gvisor". Debian 12 has
+# no runsc; trixie's is a static Go binary with no dependencies.
+if ! command -v runsc >/dev/null; then
+  trixie_source
+  echo "==> apt-get install runsc (trixie)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq runsc/trixie >/dev/null
 fi
 export PATH="/usr/local/go/bin:$PATH"
 if ! command -v go >/dev/null; then

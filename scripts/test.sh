@@ -22,6 +22,9 @@ echo "==> unit and package tests"
 go test -count=1 -timeout 20m ./...
 echo "==> integration tests"
 BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 40m -v ./test/integration/
+echo "==> integration tests under gVisor (core exec, files, egress)"
+BERTH_IT_ISOLATION=gvisor BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 10m -v \
+  -run 'TestCreateByNameThenExec|TestFileRoundTrip100MB|TestSleepAndWakeKeepFiles|TestFilesAPIStaysInside|TestEgress' ./test/integration/
 echo "==> E2B SDK compatibility tests"
 (cd test/compat && npm ci --no-audit --no-fund)
 BERTH_BIN="$PWD/bin" go test -count=1 -tags compat -timeout 20m -v ./test/compat/

@@ -49,7 +49,7 @@ func TestSnapshotForkAndIncrementalChain(t *testing.T) {
 		return sid, st.SHA256
 	}
 
-	a, err := m.Mount(ctx, "a", []string{base}, 64<<20)
+	a, err := m.Mount(ctx, "a", []string{base}, 64<<20, rootfs.IDMap{})
 	must(t, err)
 	mustWrite(t, filepath.Join(a, "home/me/project/main.go"), "package main", 0o644)
 	must(t, os.Remove(filepath.Join(a, "etc/hosts")))
@@ -63,7 +63,7 @@ func TestSnapshotForkAndIncrementalChain(t *testing.T) {
 
 	// Fork: two sandboxes on the same cached lower.
 	for _, id := range []string{"f1", "f2"} {
-		r, err := m.Mount(ctx, id, []string{base, l1}, 64<<20)
+		r, err := m.Mount(ctx, id, []string{base, l1}, 64<<20, rootfs.IDMap{})
 		must(t, err)
 		diffTrees(t, wantA, describe(t, r, true))
 	}
@@ -85,7 +85,7 @@ func TestSnapshotForkAndIncrementalChain(t *testing.T) {
 	}
 	l2, err := cache.Layer(ctx, s2, sum2, store.opener(s2, nil))
 	must(t, err)
-	r, err := m.Mount(ctx, "g", []string{base, l1, l2}, 64<<20)
+	r, err := m.Mount(ctx, "g", []string{base, l1, l2}, 64<<20, rootfs.IDMap{})
 	must(t, err)
 	diffTrees(t, wantF1, describe(t, r, true))
 }

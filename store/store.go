@@ -53,6 +53,13 @@ type Sandbox struct {
 	// Tenant owns the sandbox (operator policy); "" for the daemon's own
 	// API key.
 	Tenant string `json:",omitempty"`
+
+	// HostUID is the first host uid (and gid) of the sandbox's user
+	// namespace range: sandbox id k runs as host id HostUID+k. 0 means not
+	// allocated yet (allocated at first start, kept for the record's life).
+	HostUID uint32
+	// Isolation is api.IsolationRunc or api.IsolationGVisor ("" = runc).
+	Isolation string
 }
 
 // Exposure is one exposed port of a sandbox.

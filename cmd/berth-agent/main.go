@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -18,14 +19,24 @@ import (
 // Version is set at build time with -ldflags '-X main.Version=...'.
 var Version = "dev"
 
+// sudoSocket is the --sudo-socket flag.
+var sudoSocket *string
+
 // termGrace is how long processes get to exit after SIGTERM before the
 // agent SIGKILLs what is left and exits.
 const termGrace = 5 * time.Second
 
 func main() {
+	// The same binary is `sudo` inside the sandbox (see agent/sudo.go).
+	if filepath.Base(os.Args[0]) == "sudo" {
+		os.Exit(agent.SudoMain(os.Args[1:], agent.SudoSocket))
+	}
 	socket := flag.String("socket", "/.berth/run/agent.sock", "unix socket to serve the agent API on")
 	defaultUser := flag.String("default-user", "user", "user for execs and new files when a request names none (root if the sandbox has no such user)")
 	version := flag.Bool("version", false, "print the version and exit")
+	// Test-only negative control (the daemon's BERTH_TEST_WEAKEN=fd-allowlist).
+	noFDCheck := flag.Bool("no-fd-check", false, "test only: do not check or close inherited descriptors")
+	sudoSocket = flag.String("sudo-socket", agent.SudoSocket, "unix socket for sudo requests from inside the sandbox")
 	flag.Parse()
 	if *version {
 		fmt.Printf("berth-agent %s (protocol %d)\n", Version, agent.ProtocolVersion)
@@ -33,14 +44,22 @@ func main() {
 	}
 	log.SetFlags(0)
 	log.SetPrefix("berth-agent: ")
-	if err := agent.CloseOnExecInherited(); err != nil {
-		log.Printf("cannot mark inherited descriptors close-on-exec: %v", err)
-		os.Exit(1)
+	if !*noFDCheck {
+		// Fail closed: a descriptor the sandbox should not have means the
+		// boundary is already breached; the sandbox does not start.
+		if err := agent.CheckStartFDs(); err != nil {
+			log.Printf("refusing to start: %v", err)
+			os.Exit(1)
+		}
+		if err := agent.CloseOnExecInherited(); err != nil {
+			log.Printf("cannot mark inherited descriptors close-on-exec: %v", err)
+			os.Exit(1)
+		}
 	}
-	os.Exit(run(*socket, *defaultUser))
+	os.Exit(run(*socket, *defaultUser, !*noFDCheck))
 }
 
-func run(socket, defaultUser string) int {
+func run(socket, defaultUser string, checkFDs bool) int {
 	pid1 := os.Getpid() == 1
 	if !pid1 {
 		// Run under another init (or in a test): become a subreaper so
@@ -56,6 +75,7 @@ func run(socket, defaultUser string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
 	reaper := agent.NewReaper(true)
+	reaper.CheckFDs = checkFDs
 	srv, err := agent.NewServer(agent.Config{DefaultUser: defaultUser, Version: Version, Reaper: reaper})
 	if err != nil {
 		log.Print(err)
@@ -68,6 +88,12 @@ func run(socket, defaultUser string) int {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	sudoLn, err := agent.ListenSudo(*sudoSocket)
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	go func() { errc <- srv.ServeSudo(sudoLn) }()
 
 	select {
 	case err := <-errc:

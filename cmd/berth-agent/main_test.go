@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/agent"
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 )
@@ -27,6 +28,13 @@ func TestMain(m *testing.M) {
 		exec.Command("/bin/sh", "-c", script).Run()
 		time.Sleep(time.Minute)
 		os.Exit(0)
+	}
+	// runc hands the agent only fds 0-2, and the agent refuses to start
+	// with more. Whatever this test binary inherited (from a shell or CI
+	// runner) must not reach the agents it starts, as runc guarantees.
+	if err := agent.CloseOnExecInherited(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	if agentBin != "" {
@@ -185,6 +193,11 @@ func orphansOf(pid int) (live, zombies int) {
 
 func startAgent(t *testing.T, extra ...*os.File) (*agentclient.Client, *nsProc, int, string) {
 	t.Helper()
+	return startAgentArgs(t, extra)
+}
+
+func startAgentArgs(t *testing.T, extra []*os.File, args ...string) (*agentclient.Client, *nsProc, int, string) {
+	t.Helper()
 	bin := buildAgent(t)
 	dir, err := os.MkdirTemp("", "bap")
 	if err != nil {
@@ -193,7 +206,7 @@ func startAgent(t *testing.T, extra ...*os.File) (*agentclient.Client, *nsProc, 
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "agent.sock")
 	start := time.Now()
-	ns := nsInit(t, nil, extra, bin, "--socket", sock, "--default-user", "no-such-user-here")
+	ns := nsInit(t, nil, extra, append([]string{bin, "--socket", sock, "--sudo-socket", filepath.Join(dir, "sudo.sock"), "--default-user", "no-such-user-here"}, args...)...)
 	c := agentclient.New(sock)
 	t.Cleanup(c.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -315,7 +328,9 @@ func TestPID1ForwardsSIGTERM(t *testing.T) {
 }
 
 // TestPID1SealsInheritedFds is checklist #12: a descriptor the agent
-// inherited must not reach user commands.
+// inherited (the runc fd-leak class, CVE-2024-21626) makes it refuse to
+// start, naming the descriptor. Negative control: with --no-fd-check the
+// same leak reaches user commands.
 func TestPID1SealsInheritedFds(t *testing.T) {
 	requireRoot(t)
 	canary, err := os.Create(filepath.Join(t.TempDir(), "leak-canary"))
@@ -323,14 +338,16 @@ func TestPID1SealsInheritedFds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer canary.Close()
-	c, _, _, _ := startAgent(t, canary)
-	// Negative control: the agent itself does hold the canary as fd 3, so
-	// the probe below would see a leak.
-	if out, _ := execOut(t, c, api.ExecRequest{Argv: []string{"readlink", "/proc/1/fd/3"}}); !strings.HasSuffix(out, "leak-canary\n") {
-		t.Fatalf("the agent did not inherit the canary (fd 3 is %q); the probe proves nothing", out)
+	bin := buildAgent(t)
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", bin, "--socket", filepath.Join(t.TempDir(), "b.sock"), "--sudo-socket", filepath.Join(t.TempDir(), "s.sock"))
+	cmd.ExtraFiles = []*os.File{canary}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing to start") || !strings.Contains(string(out), "leak-canary") {
+		t.Fatalf("agent with a leaked fd: err %v, output %q; want a refusal naming it", err, out)
 	}
-	if out, _ := execOut(t, c, api.ExecRequest{Command: "ls /proc/$$/fd"}); strings.Join(strings.Fields(out), " ") != "0 1 2" {
-		t.Fatalf("a command inherited fds %q", out)
+	c, _, _, _ := startAgentArgs(t, []*os.File{canary}, "--no-fd-check")
+	if out, _ := execOut(t, c, api.ExecRequest{Command: "readlink /proc/$$/fd/3"}); !strings.HasSuffix(out, "leak-canary\n") {
+		t.Fatalf("negative control: without the check the command should hold the canary as fd 3, got %q", out)
 	}
 }
 

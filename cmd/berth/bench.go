@@ -53,6 +53,7 @@ Examples:
 	f.BoolVar(&o.Snapshots, "snapshots", false, "add the snapshot scenario: snapshot, restore and fork-10 of a 200 MB / 10k-file workspace, beside tar | zstd")
 	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
 	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")
+	f.StringVar(&o.Isolation, "isolation", "", "isolation of the measured sandboxes: runc (default) or gvisor")
 	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (default: runc beside berth, then $PATH)")
 	return cmd
 }

@@ -121,6 +121,7 @@ without --internet only allowed hosts are reachable; secrets named by
 	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
 	f.BoolVar(&getOrCreate, "get", false, "return the sandbox if it exists instead of failing")
 	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot's files (see 'berth snapshot ls')")
+	f.StringVar(&req.Isolation, "isolation", "", "runc (default) or gvisor: gVisor's user-space kernel between the sandbox and the host")
 	pf.register(cmd)
 	f.StringVar(&req.Persist, "persist", "", "none or disk: with disk, each sleep also snapshots its files to the blob store (default none)")
 	return cmd

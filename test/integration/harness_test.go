@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,7 +117,14 @@ func startDaemon(env []string) (*daemonProc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join(binDir, "berth"), "serve", "--listen", listen, "--data", dataDir,
-		"--run-dir", itRunDir, "--preview-listen", previewListen, "--bridge", itBridge, "--subnet", itSubnet, "--alarm-tick", "200ms")
+		"--run-dir", itRunDir, "--preview-listen", previewListen, "--bridge", itBridge, "--subnet", itSubnet, "--alarm-tick", "200ms",
+		// Disjoint user namespace ranges for suites running side by side.
+		"--userns-base", strconv.Itoa(1<<29+int(itIDDigit()[0]-'0')<<24))
+	// BERTH_IT_ISOLATION=gvisor runs every sandbox the suite creates under
+	// gVisor (scripts/test.sh runs the core exec and files tests that way).
+	if iso := os.Getenv("BERTH_IT_ISOLATION"); iso != "" {
+		cmd.Args = append(cmd.Args, "--default-isolation", iso)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -26,6 +27,17 @@ func TestCreateByNameThenExec(t *testing.T) {
 	if sb.State != api.StateRunning || !strings.HasPrefix(sb.ImageDigest, "sha256:") {
 		t.Fatalf("sandbox not running from a pinned digest: %+v", sb)
 	}
+	// The isolation the suite runs under (BERTH_IT_ISOLATION) is real.
+	wantIso := os.Getenv("BERTH_IT_ISOLATION")
+	if wantIso == "" {
+		wantIso = api.IsolationRunc
+	}
+	if sb.Isolation != wantIso {
+		t.Fatalf("isolation %q, want %q", sb.Isolation, wantIso)
+	}
+	if k := run(t, "it-basic", "dmesg 2>/dev/null | head -1; true"); strings.Contains(k.Stdout, "gVisor") != (wantIso == api.IsolationGVisor) {
+		t.Fatalf("isolation %s, but the kernel says %q", wantIso, k.Stdout)
+	}
 	res := run(t, "it-basic", "node -v")
 	if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "v") {
 		t.Fatalf("node -v: %+v", res)
@@ -37,6 +49,25 @@ func TestCreateByNameThenExec(t *testing.T) {
 	res = run(t, "it-basic", "id -un; pwd")
 	if res.Stdout != "user\n/home/user\n" {
 		t.Fatalf("default user and cwd: %q", res.Stdout)
+	}
+	// sudo works for user (the image's NOPASSWD rule) while no_new_privs
+	// stays on: berth's sudo raises nothing through exec.
+	res = run(t, "it-basic", "sudo id -u; sudo -u user id -un; echo hi | sudo cat; sudo sh -c 'exit 7'; echo rc=$?")
+	if res.Stdout != "0\nuser\nhi\nrc=7\n" {
+		t.Fatalf("sudo as user: %+v", res)
+	}
+	if wantIso == api.IsolationRunc {
+		if r := run(t, "it-basic", "sudo grep NoNewPrivs /proc/self/status"); !strings.Contains(r.Stdout, "1") {
+			t.Fatalf("sudo'd process without no_new_privs: %+v", r)
+		}
+	}
+	// Negative control: an account without a NOPASSWD rule is refused.
+	if r, err := d.c.Exec(context.Background(), "it-basic", api.ExecRequest{Command: "sudo id -u", User: "nobody"}); err != nil || r.ExitCode == 0 || !strings.Contains(r.Stderr, "not allowed") {
+		t.Fatalf("sudo as nobody: %+v %v", r, err)
+	}
+	// Root on request.
+	if r, err := d.c.Exec(context.Background(), "it-basic", api.ExecRequest{Command: "id -u", User: "root"}); err != nil || r.Stdout != "0\n" {
+		t.Fatalf("exec as root: %+v %v", r, err)
 	}
 	// A get by name returns the same sandbox, not a new one.
 	again, created, err := d.c.GetOrCreate(context.Background(), api.CreateSandboxRequest{Name: "it-basic"})

@@ -149,7 +149,7 @@ func TestFilesAPIStaysInside(t *testing.T) {
 	}
 	// Negative control: resolving the symlinked path on the host, the
 	// way a naive implementation would, does reach the canary.
-	naive := filepath.Join(dataDir, "sandboxes", sb.ID, "rootfs", "home/user/root-link", canary)
+	naive := filepath.Join(itRunDir, "rootfs", sb.ID, "rootfs", "home/user/root-link", canary)
 	if b, err := os.ReadFile(naive); err != nil || string(b) != secret {
 		t.Fatalf("negative control failed: a host-side join should reach the canary (%v)", err)
 	}

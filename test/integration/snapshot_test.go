@@ -144,21 +144,32 @@ func TestSnapshotRestoreChainAndFork(t *testing.T) {
 }
 
 // lowerOf returns the top (last) lowerdir of a sandbox's overlay mount.
+// When that is an idmapped view of a layer (a sandbox in a user
+// namespace), it returns the layer the view shows: its filesystem and the
+// directory inside it.
 func lowerOf(t *testing.T, id string) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, filepath.Join("sandboxes", id, "rootfs")) {
+	lines := strings.Split(string(b), "\n")
+	for _, line := range lines {
+		if strings.Contains(line, filepath.Join(id, "rootfs")+" ") {
 			i := strings.Index(line, "lowerdir=")
 			if i < 0 {
 				continue
 			}
 			opt := line[i+len("lowerdir="):]
 			opt = strings.Split(opt, ",")[0]
-			return strings.Split(opt, ":")[0] // overlay lists the top layer first
+			top := strings.Split(opt, ":")[0] // overlay lists the top layer first
+			for _, l := range lines {
+				f := strings.Fields(l)
+				if len(f) > 4 && f[4] == top {
+					return f[2] + ":" + f[3] // device and root of the idmapped view
+				}
+			}
+			return top
 		}
 	}
 	t.Fatalf("no overlay mount for %s", id)
