@@ -264,12 +264,20 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 				writeError(w, fsError("list", root, err))
 				return
 			}
+			if errors.Is(err, syscall.ENAMETOOLONG) {
+				writeError(w, errTooDeep(root))
+				return
+			}
 			continue // unreadable or deleted meanwhile: skip the subtree
 		}
 		var subdirs []string
 		for _, e := range entries {
 			full := filepath.Join(dir, e.Name())
 			info, err := e.Info() // lstat
+			if errors.Is(err, syscall.ENAMETOOLONG) {
+				writeError(w, errTooDeep(root))
+				return
+			}
 			if err != nil {
 				continue
 			}
@@ -290,6 +298,12 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, api.FileList{Files: files})
+}
+
+// errTooDeep refuses a recursive listing that reaches a path longer than
+// the kernel's limit: skipping it would return a silently truncated tree.
+func errTooDeep(root string) error {
+	return errdefs.ResourceExhausted("list %s: directories nest too deep to list (a path exceeds the kernel's limit)", root)
 }
 
 func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {

@@ -24,6 +24,7 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 func TestFilesLargeRoundTrip(t *testing.T) {
@@ -364,4 +365,40 @@ func TestListCap(t *testing.T) {
 	if _, err := c.ListFiles(ctx, dir, false); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("11 entries: %v", err)
 	}
+}
+
+// TestListTooDeepIsAnError: a recursive listing that meets a directory
+// whose path is longer than PATH_MAX fails with ResourceExhausted instead
+// of silently leaving the deep subtree out (found by the adversarial
+// suite's deep-tree test, checklist #21).
+func TestListTooDeepIsAnError(t *testing.T) {
+	a := agenttest.Start(t)
+	c := agentclient.New(a.Socket)
+	defer c.Close()
+	top := filepath.Join(a.Dir, "deep")
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(top, 0o755))
+	fd, err := unix.Open(top, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+	must(err)
+	name := strings.Repeat("d", 200)
+	for i := 0; i < 25; i++ { // 25 * 201 bytes > 4096
+		must(unix.Mkdirat(fd, name, 0o755))
+		next, err := unix.Openat(fd, name, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+		must(err)
+		unix.Close(fd)
+		fd = next
+	}
+	unix.Close(fd)
+	if fis, err := c.ListFiles(context.Background(), top, true); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("deep list: %d entries, %v; want ResourceExhausted", len(fis), err)
+	}
+	if fis, err := c.ListFiles(context.Background(), top, false); err != nil || len(fis) != 1 {
+		t.Fatalf("shallow list: %d %v", len(fis), err)
+	}
+	// Clean up from the bottom with *at calls (RemoveAll copes too).
+	os.RemoveAll(top)
 }

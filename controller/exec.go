@@ -44,6 +44,9 @@ func (r *releaseOnClose) Close() error {
 
 // ReadFile implements server.Files.
 func (m *Manager) ReadFile(ctx context.Context, name, path string) (io.ReadCloser, error) {
+	if rc, weak, err := m.weakReadFile(ctx, name, path); weak {
+		return rc, err
+	}
 	ag, release, err := m.use(ctx, name)
 	if err != nil {
 		return nil, err

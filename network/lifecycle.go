@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/weaken"
 )
 
 // Setup gives sandbox id a network: a pinned netns at <NetNSDir>/<id> whose
@@ -101,7 +102,7 @@ func (m *Manager) build(id string, s *sandbox) error {
 	// Isolated before the port is up: the kernel bridge then never
 	// forwards a frame between two sandbox ports (only to/from the bridge
 	// itself, i.e. the gateway).
-	if err := m.nl.LinkSetIsolated(veth, true); err != nil {
+	if err := m.nl.LinkSetIsolated(veth, !weaken.Off(weaken.SandboxIsolate)); err != nil {
 		return fmt.Errorf("isolate bridge port %s: %w", hv, err)
 	}
 	if err := m.nl.LinkSetUp(veth); err != nil {

@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			}
 		}
 	}
-	if err := m.install(inet, ports, holes{}); err != nil {
+	if err := m.install(inet, ports, weakHoles()); err != nil {
 		return nil, err
 	}
 	ok = true
