@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,7 +69,10 @@ func startDaemon(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(bin, "berth"), "serve", "--listen", listen, "--data", dataDir,
-		"--run-dir", runDir, "--preview-listen", freePort(t), "--bridge", bridge, "--subnet", subnet)
+		"--run-dir", runDir, "--preview-listen", freePort(t), "--bridge", bridge, "--subnet", subnet,
+		// Host ids disjoint from any other berth on this machine (the
+		// integration and adversarial suites, a berth from up.sh).
+		"--userns-base", strconv.Itoa(3<<29+int(idDigit()[0]-'0')<<24))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
