@@ -9,22 +9,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
-	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/testdaemon"
 	"github.com/berth-sh/berth/internal/weaken"
 )
 
@@ -56,11 +52,10 @@ var (
 const probePath = "/home/user/probe"
 
 type daemonProc struct {
+	*testdaemon.Daemon
 	proc   *os.Process
-	exited chan struct{}
 	listen string
 	c      *client.Client
-	log    *os.File
 	weak   string
 }
 
@@ -166,36 +161,16 @@ func destroyAll(c *client.Client) {
 	}
 }
 
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startDaemon runs berth serve; weak is the BERTH_TEST_WEAKEN value ("" for
-// a fully protected daemon).
 func startDaemon(weak string) (*daemonProc, error) {
-	listen := freePort()
-	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-adv"+advID+"-daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
+	logPath := filepath.Join(os.TempDir(), "berth-adv"+advID+"-daemon.log")
+	if f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintf(f, "=== start daemon %s=%q\n", weaken.EnvVar, weak)
+		f.Close()
 	}
-	fmt.Fprintf(logf, "=== start daemon %s=%q\n", weaken.EnvVar, weak)
-	args := []string{"serve", "--listen", listen, "--data", dataDir,
-		"--run-dir", advRunDir, "--preview-listen", freePort(), "--bridge", advBridge, "--subnet", advSubnet}
-	help, _ := exec.Command(filepath.Join(binDir, "berth"), "serve", "--help").CombinedOutput()
-	if strings.Contains(string(help), "--userns-base") {
-		// User namespace ids disjoint from the integration suites' and
-		// from another adversarial suite's.
-		args = append(args, "--userns-base", strconv.Itoa(1<<30+int(advDigit()[0]-'0')<<24))
-	}
+	var args []string
 	if isolation != "" {
 		args = append(args, "--default-isolation", isolation)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "berth"), args...)
 	env := []string{}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, weaken.EnvVar+"=") {
@@ -205,68 +180,23 @@ func startDaemon(weak string) (*daemonProc, error) {
 	if weak != "" {
 		env = append(env, weaken.EnvVar+"="+weak)
 	}
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	td, err := testdaemon.Start(testdaemon.Options{
+		Bin: binDir, Data: dataDir, RunDir: advRunDir, Bridge: advBridge, Subnet: advSubnet,
+		// User namespace ids disjoint from the integration suites' and
+		// from another adversarial suite's.
+		UserNSBase: 1<<30 + uint32(advDigit()[0]-'0')<<24,
+		Args:       args, Env: env, Log: logPath,
+	})
+	if err != nil {
 		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	p := &daemonProc{proc: cmd.Process, exited: exited, listen: listen, log: logf, weak: weak}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + listen + "/v1/health"); err == nil {
-			resp.Body.Close()
-			var cc struct{ URL, APIKey string }
-			b, err := os.ReadFile(filepath.Join(dataDir, "client.json"))
-			if err == nil && json.Unmarshal(b, &cc) == nil {
-				p.c = client.New("http://"+listen, cc.APIKey)
-				return p, nil
-			}
-		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("daemon exited; see %s", logf.Name())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
-	return nil, fmt.Errorf("daemon did not become healthy; see %s", logf.Name())
+	return &daemonProc{Daemon: td, proc: td.Process, listen: td.Listen, c: td.Client, weak: weak}, nil
 }
 
-func (p *daemonProc) stop() {
-	_ = p.proc.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = p.proc.Signal(syscall.SIGKILL)
-		<-p.exited
-	}
-	p.log.Close()
-}
+func (p *daemonProc) stop() { p.Stop() }
 
 func ensureBaseImage(c *client.Client) error {
-	ctx := context.Background()
-	imgs, err := c.ListImages(ctx)
-	if err != nil {
-		return err
-	}
-	for _, i := range imgs {
-		if i.Name == "debian-trixie" && image.IsCurrentBase(i.Labels) {
-			return nil
-		}
-	}
-	fmt.Println("building debian-trixie base image (missing, or from an older recipe)…")
-	t0 := time.Now()
-	_, err = c.BuildBase(ctx, func(p api.Progress) {
-		if p.Message != "" {
-			fmt.Println("  build-base:", p.Message)
-		}
-	})
-	fmt.Printf("build-base took %s\n", time.Since(t0).Round(time.Second))
-	return err
+	return testdaemon.EnsureBase(c, func(format string, args ...any) { fmt.Printf(format+"\n", args...) })
 }
 
 // withWeakened restarts the daemon with the named protections switched off

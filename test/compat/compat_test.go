@@ -4,22 +4,16 @@ package compat
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
-	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/internal/testdaemon"
 )
 
 // The daemon gets its own bridge, subnet and run dir (BERTH_IT_ID picks a
@@ -47,77 +41,28 @@ func envOr(k, def string) string {
 	return def
 }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startDaemon runs berth serve and returns its URL and API key.
 func startDaemon(t *testing.T) (string, string) {
 	bin := os.Getenv("BERTH_BIN")
 	if bin == "" {
 		bin, _ = filepath.Abs("../../bin")
 	}
-	listen := freePort(t)
-	logPath := filepath.Join(os.TempDir(), "berth-compat"+itID+"-daemon.log")
-	logf, err := os.Create(logPath)
+	td, err := testdaemon.Start(testdaemon.Options{
+		Bin: bin, Data: dataDir, RunDir: runDir, Bridge: bridge, Subnet: subnet,
+		// Host ids disjoint from any other berth on this machine (the
+		// integration and adversarial suites, a berth from up.sh).
+		UserNSBase: 3<<29 + uint32(idDigit()[0]-'0')<<24,
+		Log:        filepath.Join(os.TempDir(), "berth-compat"+itID+"-daemon.log"),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "berth"), "serve", "--listen", listen, "--data", dataDir,
-		"--run-dir", runDir, "--preview-listen", freePort(t), "--bridge", bridge, "--subnet", subnet,
-		// Host ids disjoint from any other berth on this machine (the
-		// integration and adversarial suites, a berth from up.sh).
-		"--userns-base", strconv.Itoa(3<<29+int(idDigit()[0]-'0')<<24))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + listen + "/v1/health"); err == nil {
-			resp.Body.Close()
-			var cc struct{ URL, APIKey string }
-			if b, err := os.ReadFile(filepath.Join(dataDir, "client.json")); err == nil && json.Unmarshal(b, &cc) == nil {
-				return "http://" + listen, cc.APIKey
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("daemon did not become healthy; see %s", logPath)
-	return "", ""
+	t.Cleanup(td.Stop)
+	return "http://" + td.Listen, td.APIKey
 }
 
 func ensureBase(t *testing.T, c *client.Client) {
-	ctx := context.Background()
-	imgs, err := c.ListImages(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range imgs {
-		if i.Name == "debian-trixie" && image.IsCurrentBase(i.Labels) {
-			return
-		}
-	}
-	t.Log("building the debian-trixie base image…")
-	if _, err := c.BuildBase(ctx, func(api.Progress) {}); err != nil {
+	if err := testdaemon.EnsureBase(c, t.Logf); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,7 +21,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
-	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/internal/testdaemon"
 )
 
 // The test daemon uses its own bridge, subnet, run dir and data dir, so it
@@ -99,14 +98,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freePort() string { return testdaemon.FreePort() }
 
 // startDaemon runs berth serve with extra environment (failpoints).
 func startDaemon(env []string) (*daemonProc, error) {
@@ -171,25 +163,7 @@ func (p *daemonProc) stop() {
 }
 
 func ensureBaseImage(c *client.Client) error {
-	ctx := context.Background()
-	imgs, err := c.ListImages(ctx)
-	if err != nil {
-		return err
-	}
-	for _, i := range imgs {
-		if i.Name == "debian-trixie" && image.IsCurrentBase(i.Labels) {
-			return nil
-		}
-	}
-	fmt.Println("building debian-trixie base image (missing, or from an older recipe)…")
-	t0 := time.Now()
-	_, err = c.BuildBase(ctx, func(p api.Progress) {
-		if p.Message != "" {
-			fmt.Println("  build-base:", p.Message)
-		}
-	})
-	fmt.Printf("build-base took %s\n", time.Since(t0).Round(time.Second))
-	return err
+	return testdaemon.EnsureBase(c, func(format string, args ...any) { fmt.Printf(format+"\n", args...) })
 }
 
 // sandbox creates a sandbox for one test and destroys it afterwards.

@@ -1,0 +1,144 @@
+package testdaemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/image"
+)
+
+// Options say where and how one daemon runs.
+type Options struct {
+	Bin        string   // directory holding the berth binary
+	Data       string   // --data
+	RunDir     string   // --run-dir
+	Bridge     string   // --bridge (also names the nftables table)
+	Subnet     string   // --subnet
+	UserNSBase uint32   // --userns-base; 0: the daemon's default
+	Args       []string // more serve flags
+	Env        []string // the whole environment; nil: this process's
+	Log        string   // file the daemon's output is appended to
+}
+
+// Daemon is one running `berth serve`.
+type Daemon struct {
+	Listen        string // API address (host:port)
+	PreviewListen string
+	Client        *client.Client
+	APIKey        string
+	Log           string
+	Process       *os.Process
+
+	exited chan struct{}
+	logf   *os.File
+}
+
+// Start runs berth serve with o and returns once it answers /v1/health and
+// has written its client.json, or with an error (the log names why).
+func Start(o Options) (*Daemon, error) {
+	logf, err := os.OpenFile(o.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{Listen: FreePort(), PreviewListen: FreePort(), Log: o.Log, exited: make(chan struct{}), logf: logf}
+	args := []string{"serve", "--listen", d.Listen, "--preview-listen", d.PreviewListen, "--data", o.Data,
+		"--run-dir", o.RunDir, "--bridge", o.Bridge, "--subnet", o.Subnet}
+	if o.UserNSBase != 0 {
+		args = append(args, "--userns-base", strconv.FormatUint(uint64(o.UserNSBase), 10))
+	}
+	cmd := exec.Command(filepath.Join(o.Bin, "berth"), append(args, o.Args...)...)
+	cmd.Env = o.Env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	d.Process = cmd.Process
+	go func() { _ = cmd.Wait(); close(d.exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + d.Listen + "/v1/health"); err == nil {
+			resp.Body.Close()
+			var cc struct{ APIKey string }
+			if b, err := os.ReadFile(filepath.Join(o.Data, "client.json")); err == nil && json.Unmarshal(b, &cc) == nil {
+				d.APIKey = cc.APIKey
+				d.Client = client.New("http://"+d.Listen, cc.APIKey)
+				return d, nil
+			}
+		}
+		select {
+		case <-d.exited:
+			logf.Close()
+			return nil, fmt.Errorf("berth serve exited at start; see %s", o.Log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	d.Kill9()
+	return nil, fmt.Errorf("berth serve did not become healthy in 60 s; see %s", o.Log)
+}
+
+// Exited is closed once the daemon process has ended.
+func (d *Daemon) Exited() <-chan struct{} { return d.exited }
+
+// Stop ends the daemon with SIGTERM, and SIGKILL after 15 s.
+func (d *Daemon) Stop() {
+	_ = d.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		d.Kill9()
+	}
+	d.logf.Close()
+}
+
+// Kill9 ends the daemon at once, as a crash would, and waits for it.
+func (d *Daemon) Kill9() {
+	_ = d.Process.Signal(syscall.SIGKILL)
+	<-d.exited
+}
+
+// FreePort returns a loopback address with a port free right now.
+func FreePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// EnsureBase builds the default image debian-trixie through c unless it
+// exists from this berth's recipe; progress goes to logf.
+func EnsureBase(c *client.Client, logf func(format string, args ...any)) error {
+	ctx := context.Background()
+	imgs, err := c.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	for _, i := range imgs {
+		if i.Name == "debian-trixie" && image.IsCurrentBase(i.Labels) {
+			return nil
+		}
+	}
+	logf("building the debian-trixie base image (missing, or from an older recipe)…")
+	t0 := time.Now()
+	_, err = c.BuildBase(ctx, func(p api.Progress) {
+		if p.Message != "" {
+			logf("  build-base: %s", p.Message)
+		}
+	})
+	logf("build-base took %s", time.Since(t0).Round(time.Second))
+	return err
+}
