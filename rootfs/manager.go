@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/weaken"
 )
 
 // DefaultUpperSize is the apparent size of the sparse uppers image. It only
@@ -234,6 +235,9 @@ func (m *Manager) Mount(ctx context.Context, id string, lowers []string, diskByt
 	qid, err := subvolID(sub)
 	if err != nil {
 		return "", fmt.Errorf("rootfs: %w", err)
+	}
+	if weaken.Off(weaken.DiskQuota) {
+		diskBytes = 0 // setLimit(0) removes the limit
 	}
 	if err := setLimit(m.uppers, qid, diskBytes); err != nil {
 		return "", fmt.Errorf("rootfs: %w", err)

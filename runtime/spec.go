@@ -243,7 +243,7 @@ func resources(l Limits) *specs.LinuxResources {
 	if weaken.Off(weaken.Devices) {
 		r.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
 	}
-	if l.MemoryBytes > 0 {
+	if l.MemoryBytes > 0 && !weaken.Off(weaken.MemoryLimit) {
 		mem, swap := l.MemoryBytes, l.MemoryBytes
 		r.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &swap}
 	}

@@ -2,7 +2,7 @@
 # Installs the Debian packages berth needs to build and run. Idempotent.
 set -euo pipefail
 if [[ $EUID -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
-pkgs=(debootstrap debian-archive-keyring libseccomp-dev pkg-config gcc xfsprogs iproute2 nftables
+pkgs=(debootstrap debian-archive-keyring libseccomp-dev pkg-config gcc iproute2 nftables
       e2fsprogs btrfs-progs zstd chromium python3-pandas python3-matplotlib ca-certificates git busybox-static procps util-linux curl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -24,6 +24,8 @@ const (
 	SandboxIsolate = "sandbox-isolate" // sandbox-to-sandbox traffic allowed
 	FilesConfine   = "files-confine"   // the files API does not pin paths to the root
 	PIDLimit       = "pid-limit"       // no pids limit
+	MemoryLimit    = "memory-limit"    // no memory limit
+	DiskQuota      = "disk-quota"      // no quota on the writable layer
 
 	// Egress proxy (package egress).
 	EgressBlocklist = "egress-blocklist"  // the proxy and resolver reach always-blocked addresses

@@ -68,8 +68,8 @@ func TestForkBomb(t *testing.T) {
 
 // TestMemoryHog: allocating past memory.max kills the hog inside its own
 // sandbox (oomKilled reported), the sandbox and a bystander keep working,
-// the host API keeps answering (checklist #19). No negative control: there
-// is no switch for the memory limit (see the report).
+// the host API keeps answering (checklist #19). Negative control: with the
+// memory limit off (weaken memory-limit) the hog is not stopped.
 func TestMemoryHog(t *testing.T) {
 	ctx := context.Background()
 	sandbox(t, api.CreateSandboxRequest{Name: "adv-hog", Resources: &api.Resources{VCPU: 0.5, MemoryMiB: 256, DiskMB: 1000}})
@@ -99,13 +99,25 @@ func TestMemoryHog(t *testing.T) {
 			t.Errorf("%s after the hog: %+v", n, r)
 		}
 	}
+	// Negative control: without the memory limit the same 256 MiB sandbox
+	// holds twice that, so the probe above would see an unbounded hog.
+	t.Run("negative/"+weaken.MemoryLimit, func(t *testing.T) {
+		withWeakened(t, weaken.MemoryLimit, func() {
+			sandbox(t, api.CreateSandboxRequest{Name: "adv-hog-weak", Resources: &api.Resources{VCPU: 0.5, MemoryMiB: 256, DiskMB: 1000}})
+			res, err := d.c.Exec(ctx, "adv-hog-weak", api.ExecRequest{Argv: []string{"python3", "-c",
+				"b = [bytearray(16 << 20) for _ in range(32)]\nprint('survived', sum(map(len, b)) >> 20)\n"}})
+			if err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, "survived 512") {
+				t.Fatalf("with the memory limit off, 512 MiB in a 256 MiB sandbox still failed: %+v %v", res, err)
+			}
+		})
+	})
 }
 
 // TestDiskAndInodeFill: filling the disk with data and then with empty
 // files stops inside the sandbox (ENOSPC or EDQUOT); the host's free space
 // drops by at most the sandbox's limit and the API keeps answering
-// (checklist #20-21). No negative control: there is no switch for the disk
-// quota (see the report).
+// (checklist #20-21). Negative control: with the quota off (weaken
+// disk-quota) a write past the limit succeeds.
 func TestDiskAndInodeFill(t *testing.T) {
 	sandbox(t, api.CreateSandboxRequest{Name: "adv-disk", Resources: &api.Resources{VCPU: 1, MemoryMiB: 512, DiskMB: 500}})
 	// The host's cost is what the sandbox takes from the btrfs filesystem
@@ -148,6 +160,18 @@ func TestDiskAndInodeFill(t *testing.T) {
 	if r := run(t, "adv-disk", "rm -f /home/user/fill && echo ok > /home/user/after && cat /home/user/after"); r.Stdout != "ok\n" {
 		t.Errorf("after the fill: %+v", r)
 	}
+	// Negative control: without the quota a write past the limit of a
+	// 500 MB sandbox (the smallest disk) succeeds, so the check above would
+	// see the hole.
+	t.Run("negative/"+weaken.DiskQuota, func(t *testing.T) {
+		withWeakened(t, weaken.DiskQuota, func() {
+			sandbox(t, api.CreateSandboxRequest{Name: "adv-disk-weak", Resources: &api.Resources{VCPU: 1, MemoryMiB: 512, DiskMB: 500}})
+			res := run(t, "adv-disk-weak", "dd if=/dev/zero of=/home/user/fill bs=1M count=700 2>&1; echo exit=$?; sync; rm -f /home/user/fill")
+			if !strings.Contains(res.Stdout, "exit=0") {
+				t.Fatalf("with the quota off, 700 MB into a 500 MB sandbox still failed: %s", res.Stdout)
+			}
+		})
+	})
 }
 
 // TestThreadBomb: starting OS threads stops at the pids limit (threads
