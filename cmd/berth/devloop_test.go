@@ -109,9 +109,16 @@ func TestStartPsLogsKill(t *testing.T) {
 	if code != 0 || !regexp.MustCompile(`(?m)^web\s+\d+\s+running\s+-\s+`).MatchString(out) || !strings.HasPrefix(out, "ID") {
 		t.Fatalf("ps: %d\n%s", code, out)
 	}
-	code, out, errs = c.run("", "logs", "dev", "web")
-	if code != 0 || out != "ready berth\n" || errs != "warn\n" {
-		t.Fatalf("logs: %d %q %q", code, out, errs)
+	// stdout and stderr are separate pipes: "ready" on one says nothing
+	// about whether "warn" on the other is buffered yet, so poll briefly.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, out, errs = c.run("", "logs", "dev", "web")
+		if code == 0 && out == "ready berth\n" && errs == "warn\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs: %d %q %q", code, out, errs)
+		}
 	}
 	code, out, _ = c.run("", "kill", "dev", "web", "--signal", "TERM")
 	if code != 0 || !strings.HasPrefix(out, "web killed") {

@@ -28,14 +28,25 @@ packages. Name an image with --name to refer to it by that name in
 	return cmd
 }
 
-// printProgress writes one line per progress event to stderr.
+// printProgress writes progress events to stderr: every new message, and
+// byte counts of a running step at most once a second.
 func (a *app) printProgress(p api.Progress) {
+	if p.Message == "" {
+		return
+	}
+	line := p.Message
 	switch {
 	case p.Total > 0:
-		fmt.Fprintf(a.stderr, "%s (%d/%d)\n", p.Message, p.Current, p.Total)
-	case p.Message != "":
-		fmt.Fprintln(a.stderr, p.Message)
+		line = fmt.Sprintf("%s (%s/%s)", p.Message, humanBytes(p.Current), humanBytes(p.Total))
+	case p.Current > 0:
+		line = fmt.Sprintf("%s (%s)", p.Message, humanBytes(p.Current))
 	}
+	counting := p.Current > 0 || p.Total > 0
+	if counting && p.Message == a.lastProgress && time.Since(a.lastProgressAt) < time.Second && p.Current != p.Total {
+		return
+	}
+	a.lastProgress, a.lastProgressAt = p.Message, time.Now()
+	fmt.Fprintln(a.stderr, line)
 }
 
 func (a *app) printImage(verb string, img api.Image) {

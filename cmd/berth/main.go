@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,6 +41,10 @@ type app struct {
 	dataDir        string
 	idemKey        string
 	cli            *client.Client
+
+	// progress throttling (printProgress): the last line and when.
+	lastProgress   string
+	lastProgressAt time.Time
 }
 
 // client builds the API client once, from flags, then the environment,
