@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -96,6 +97,12 @@ func TestSquashMatchesChain(t *testing.T) {
 	// nothing on top changes nothing.
 	again, _ := capture(t, []string{sq}, CaptureOptions{})
 	if !bytes.Equal(again, blob) {
+		a, b := tarEntries(t, decompress(t, blob)), tarEntries(t, decompress(t, again))
+		for n, h := range a {
+			if g, ok := b[n]; !ok || fmt.Sprintf("%+v", *g) != fmt.Sprintf("%+v", *h) {
+				t.Logf("DIFF %s:\n  first  %+v\n  again %+v", n, *h, b[n])
+			}
+		}
 		t.Error("re-capturing a squashed layer gives different bytes")
 	}
 }

@@ -148,8 +148,11 @@ func (w *walker) entry(rel, name string, fds []int, depth int) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		if st.Rdev == 0 {
+			// A whiteout's own mtime is when some unpack made the device
+			// node, not anything of the sandbox's: a fixed time keeps
+			// captures of the same tree byte-identical.
 			return w.write(&tar.Header{Name: joinRel(rel, whPrefix+name), Typeflag: tar.TypeReg,
-				ModTime: time.Unix(st.Mtim.Sec, 0), Format: tar.FormatPAX}, nil)
+				ModTime: time.Unix(0, 0), Format: tar.FormatPAX}, nil)
 		}
 		w.skipped++ // a device node: no layer carries one (the runtime provides /dev)
 		return nil
