@@ -91,11 +91,12 @@ func TestGitCheckout(t *testing.T) {
 	sandbox(t, api.CreateSandboxRequest{Name: "it-git-offline"})
 	var res api.GitCheckoutResult
 	var err error
-	for i := 0; i < 20; i++ { // git daemon takes a moment to listen
+	for i := 0; i < 50; i++ { // git daemon takes a moment to listen
 		res, err = d.c.GitCheckout(ctx, "it-git", api.GitCheckoutRequest{URL: url, Branch: "feature", Depth: 1})
 		if err == nil || !errors.Is(err, errdefs.ErrUnavailable) {
 			break
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("clone: %v", err)
