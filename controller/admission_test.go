@@ -173,3 +173,25 @@ func TestPolicyChecksEgressRules(t *testing.T) {
 		t.Fatalf("a deny-only change: %v", err)
 	}
 }
+
+// TestSecretsAreOperatorOnly: a tenant key can neither set, list nor delete
+// secrets (another tenant's inject rules may use them); the operator can.
+func TestSecretsAreOperatorOnly(t *testing.T) {
+	r := policyRig(t)
+	t1 := policy.WithTenant(ctx, "t1")
+	if err := r.m.SetSecret(ctx, "github", "s3cr3t"); err != nil {
+		t.Fatalf("operator set: %v", err)
+	}
+	if err := r.m.SetSecret(t1, "github", "mine-now"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("tenant set: want permission denied, got %v", err)
+	}
+	if _, err := r.m.ListSecrets(t1); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("tenant list: want permission denied, got %v", err)
+	}
+	if err := r.m.DeleteSecret(t1, "github"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("tenant delete: want permission denied, got %v", err)
+	}
+	if v, ok, err := r.m.Secret(ctx, "github"); err != nil || !ok || v != "s3cr3t" {
+		t.Fatalf("the secret changed under a refused tenant call: %q %v %v", v, ok, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -134,6 +135,9 @@ func (m *Manager) secrets() (store.Secrets, error) {
 
 // SetSecret stores a secret for credential injection. It is write-only.
 func (m *Manager) SetSecret(ctx context.Context, name, value string) error {
+	if err := operatorOnly(ctx); err != nil {
+		return err
+	}
 	if err := egress.ValidSecretName(name); err != nil {
 		return err
 	}
@@ -149,6 +153,9 @@ func (m *Manager) SetSecret(ctx context.Context, name, value string) error {
 
 // ListSecrets lists secret names, never values.
 func (m *Manager) ListSecrets(ctx context.Context) ([]api.Secret, error) {
+	if err := operatorOnly(ctx); err != nil {
+		return nil, err
+	}
 	s, err := m.secrets()
 	if err != nil {
 		return nil, err
@@ -167,6 +174,9 @@ func (m *Manager) ListSecrets(ctx context.Context) ([]api.Secret, error) {
 // DeleteSecret removes a secret; injection rules naming it then refuse
 // their requests.
 func (m *Manager) DeleteSecret(ctx context.Context, name string) error {
+	if err := operatorOnly(ctx); err != nil {
+		return err
+	}
 	if err := egress.ValidSecretName(name); err != nil {
 		return err
 	}
@@ -188,4 +198,15 @@ func (m *Manager) Secret(ctx context.Context, name string) (string, bool, error)
 		return "", false, nil
 	}
 	return v, err == nil, err
+}
+
+// operatorOnly refuses secret management to tenant keys. Secrets are the
+// deployment's: one tenant must not read the names of, overwrite or delete
+// what another's inject rules use. Tenants name secrets in inject rules,
+// and the operator policy bounds the hosts those rules may reach.
+func operatorOnly(ctx context.Context) error {
+	if t := policy.TenantFrom(ctx); t != "" {
+		return errdefs.PermissionDenied("secrets are managed with the operator's API key; tenant %s can only name them in inject rules", t)
+	}
+	return nil
 }
