@@ -1,14 +1,12 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -69,7 +67,7 @@ func (c *Client) RunCode(ctx context.Context, sandbox string, req api.RunCodeReq
 		return res, err
 	}
 	defer resp.Body.Close()
-	err = readCodeEvents(resp.Body, func(name string, data []byte) (bool, error) {
+	err = readEventsMax(resp.Body, maxCodeEventLine, func(name string, data []byte) (bool, error) {
 		var ev struct {
 			api.CodeEvent
 			Failure *api.Error `json:"failure"`
@@ -100,48 +98,4 @@ func (c *Client) RunCode(ctx context.Context, sandbox string, req api.RunCodeReq
 		return res, err
 	}
 	return res, nil
-}
-
-// readCodeEvents is readEvents with a limit that fits image results.
-func readCodeEvents(r interface{ Read([]byte) (int, error) }, fn func(name string, data []byte) (bool, error)) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxCodeEventLine)
-	var name string
-	var data bytes.Buffer
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if name == "" && data.Len() == 0 {
-				continue
-			}
-			done, err := fn(name, data.Bytes())
-			if err != nil || done {
-				return err
-			}
-			name = ""
-			data.Reset()
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := strings.Cut(string(line), ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "event":
-			name = value
-		case "data":
-			if data.Len() > 0 {
-				data.WriteByte('\n')
-			}
-			data.WriteString(value)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return errdefs.Internal("server sent an event line longer than %d bytes", maxCodeEventLine)
-		}
-		return err
-	}
-	return errStreamEnded
 }

@@ -23,8 +23,13 @@ var errStreamEnded = errors.New("event stream ended without a terminal event")
 // name and data until fn reports done or fails. Comments (": ping") are
 // keep-alives and are skipped.
 func readEvents(r io.Reader, fn func(name string, data []byte) (done bool, err error)) error {
+	return readEventsMax(r, maxEventLine, fn)
+}
+
+// readEventsMax is readEvents with lines of up to max bytes.
+func readEventsMax(r io.Reader, max int, fn func(name string, data []byte) (done bool, err error)) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4<<10), maxEventLine)
+	sc.Buffer(make([]byte, 0, 4<<10), max)
 	var name string
 	var data bytes.Buffer
 	for sc.Scan() {
@@ -61,7 +66,7 @@ func readEvents(r io.Reader, fn func(name string, data []byte) (done bool, err e
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return errdefs.Internal("server sent an event line longer than %d bytes", maxEventLine)
+			return errdefs.Internal("server sent an event line longer than %d bytes", max)
 		}
 		return err
 	}

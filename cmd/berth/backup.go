@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -177,15 +176,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, id := range args {
-				if err := c.DeleteBackup(cmd.Context(), id); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", id, err))
-					continue
-				}
-				fmt.Fprintln(a.stdout, id)
-			}
-			return errors.Join(errs...)
+			return a.removeEach(args, func(id string) error { return c.DeleteBackup(cmd.Context(), id) })
 		},
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -226,15 +225,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, ref := range args {
-				if err := c.RemoveImage(cmd.Context(), ref); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
-					continue
-				}
-				fmt.Fprintln(a.stdout, ref)
-			}
-			return errors.Join(errs...)
+			return a.removeEach(args, func(ref string) error { return c.RemoveImage(cmd.Context(), ref) })
 		},
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -85,4 +86,18 @@ func isTerminal(w io.Writer) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// removeEach calls rm for every argument, even after one fails, prints
+// each argument it succeeded for, and returns the failures joined.
+func (a *app) removeEach(args []string, rm func(string) error) error {
+	var errs []error
+	for _, arg := range args {
+		if err := rm(arg); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", arg, err))
+			continue
+		}
+		fmt.Fprintln(a.stdout, arg)
+	}
+	return errors.Join(errs...)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -220,15 +219,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, name := range args {
-				if err := c.Destroy(cmd.Context(), name); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", name, err))
-					continue
-				}
-				fmt.Fprintln(a.stdout, name)
-			}
-			return errors.Join(errs...)
+			return a.removeEach(args, func(name string) error { return c.Destroy(cmd.Context(), name) })
 		},
 	}
 }

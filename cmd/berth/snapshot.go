@@ -172,15 +172,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, id := range args {
-				if err := c.DeleteSnapshot(cmd.Context(), id); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", id, err))
-					continue
-				}
-				fmt.Fprintln(a.stdout, id)
-			}
-			return errors.Join(errs...)
+			return a.removeEach(args, func(id string) error { return c.DeleteSnapshot(cmd.Context(), id) })
 		},
 	}
 }
