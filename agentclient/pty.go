@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -124,6 +125,7 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 	defer cancel()
 	type result struct {
 		agentSide bool // the failing connection is the agent's
+		write     bool // it failed as we wrote to it, not as we read it
 		err       error
 	}
 	done := make(chan result, 2)
@@ -131,11 +133,11 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 		for {
 			typ, p, err := src.Read(ctx)
 			if err != nil {
-				done <- result{fromAgent, err}
+				done <- result{agentSide: fromAgent, err: err}
 				return
 			}
 			if err := dst.Write(ctx, typ, p); err != nil {
-				done <- result{!fromAgent, err}
+				done <- result{agentSide: !fromAgent, write: true, err: err}
 				return
 			}
 		}
@@ -143,6 +145,20 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 	go relay(agentConn, userConn, true)
 	go relay(userConn, agentConn, false)
 	first := <-done
+	pending := 1 // results still to collect
+	if first.write {
+		// A write fails when the peer has just closed; the reader of the
+		// same connection then holds the close status that says why
+		// (a normal closure is not a failure). It is already on its way.
+		select {
+		case r := <-done:
+			pending--
+			if r.agentSide == first.agentSide && !r.write {
+				first = r
+			}
+		case <-time.After(time.Second):
+		}
+	}
 
 	src, dst := userConn, agentConn
 	if first.agentSide {
@@ -181,7 +197,9 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 	}
 	src.CloseNow()
 	cancel()
-	<-done
+	for ; pending > 0; pending-- {
+		<-done
+	}
 	return out
 }
 

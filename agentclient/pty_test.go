@@ -75,8 +75,14 @@ func readUntil(t *testing.T, conn *websocket.Conn, want string, ctl bool) {
 		}
 		if typ == websocket.MessageText {
 			var m api.TerminalControl
-			if ctl && json.Unmarshal(p, &m) == nil && m.Type == want {
+			if err := json.Unmarshal(p, &m); err != nil {
+				t.Fatalf("waiting for %q: a control message that is not JSON: %q", want, p)
+			}
+			if ctl && m.Type == want {
 				return
+			}
+			if m.Type == api.TerminalError {
+				t.Fatalf("waiting for %q: the agent reported %q", want, m.Message)
 			}
 			continue
 		}
@@ -84,6 +90,25 @@ func readUntil(t *testing.T, conn *websocket.Conn, want string, ctl bool) {
 		if !ctl && strings.Contains(out.String(), want) {
 			return
 		}
+	}
+}
+
+// waitTerminal polls the agent's terminal list until ok accepts it.
+func waitTerminal(t *testing.T, c *Client, ok func([]api.Terminal) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l, err := c.ListTerminals(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(l) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("terminals: %+v", l)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -102,7 +127,12 @@ func TestProxyTerminalBothWays(t *testing.T) {
 	readUntil(t, user, "42\r\n", false)
 	// Text (control) messages pass through as text.
 	ctl, _ := json.Marshal(api.TerminalControl{Type: api.TerminalResize, Cols: 101, Rows: 31})
-	user.Write(ctx, websocket.MessageText, ctl)
+	if err := user.Write(ctx, websocket.MessageText, ctl); err != nil {
+		t.Fatal(err)
+	}
+	// The agent applies the size before it reads the next message; the
+	// listing shows it did, and stty shows the kernel has it.
+	waitTerminal(t, c, func(l []api.Terminal) bool { return len(l) == 1 && l[0].Cols == 101 && l[0].Rows == 31 })
 	user.Write(ctx, websocket.MessageBinary, []byte("stty size\n"))
 	readUntil(t, user, "31 101\r\n", false)
 
@@ -111,20 +141,7 @@ func TestProxyTerminalBothWays(t *testing.T) {
 	if err := <-results; err != nil {
 		t.Fatalf("relay after the user closed: %v", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		l, err := c.ListTerminals(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(l) == 1 && l[0].Clients == 0 && l[0].Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("terminal after the user left: %+v", l)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitTerminal(t, c, func(l []api.Terminal) bool { return len(l) == 1 && l[0].Clients == 0 && l[0].Running })
 
 	// The shell exiting: the user gets the exit message, then the agent's
 	// normal closure.
