@@ -147,8 +147,8 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r := api.CreateSandboxRequest{Name: n, Snapshot: sn.ID, Internet: &src.Internet, Env: src.Env,
-				Labels: labels, SleepAfter: src.SleepAfter, KeepAlive: &src.KeepAlive, Isolation: src.Isolation}
+			r := api.CreateSandboxRequest{Name: n, Snapshot: sn.ID, Internet: &src.Internet, Network: src.Network,
+				Env: src.Env, Labels: labels, SleepAfter: src.SleepAfter, KeepAlive: &src.KeepAlive, Isolation: src.Isolation}
 			if src.Instance == "custom" {
 				r.Resources = &src.Resources
 			} else {

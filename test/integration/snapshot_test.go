@@ -46,7 +46,8 @@ func treeSum(t *testing.T, name, dir string) string {
 
 func TestSnapshotRestoreChainAndFork(t *testing.T) {
 	ctx := context.Background()
-	sandbox(t, api.CreateSandboxRequest{Name: "it-snap-src"})
+	srcNet := &api.NetworkPolicy{Internet: true, Deny: []string{"blocked.example.test"}}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-snap-src", Network: srcNet})
 	workspace(t, "it-snap-src", 2000)
 	run(t, "it-snap-src", "echo v1 > /home/user/version")
 	if r, err := d.c.Exec(ctx, "it-snap-src", api.ExecRequest{Command: "rm /etc/motd", User: "root"}); err != nil || r.ExitCode != 0 {
@@ -119,6 +120,12 @@ func TestSnapshotRestoreChainAndFork(t *testing.T) {
 	t.Logf("fork 10: %s", forkTime.Round(time.Millisecond))
 	if len(fr.Sandboxes) != 10 {
 		t.Fatalf("forks: %d", len(fr.Sandboxes))
+	}
+	for _, s := range fr.Sandboxes {
+		// A fork keeps the source's egress rules, not just internet on/off.
+		if s.Network == nil || !s.Network.Internet || len(s.Network.Deny) != 1 || s.Network.Deny[0] != srcNet.Deny[0] {
+			t.Fatalf("fork %s has network %+v, want the source's %+v", s.Name, s.Network, srcNet)
+		}
 	}
 	run(t, fr.Sandboxes[0].Name, "echo mine > /home/user/version")
 	if r := run(t, fr.Sandboxes[1].Name, "cat /home/user/version"); r.Stdout != "v2\n" {
