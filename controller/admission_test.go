@@ -22,7 +22,7 @@ func policyRig(t *testing.T) *rig {
 		Tenants: []*policy.Tenant{{Name: "t1", MaxSandboxes: 2, MaxVCPU: 4, MaxMemoryMiB: 64 << 10}},
 	}
 	r.m = New(r.cfg)
-	r.h = durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Logf: t.Logf})
+	r.h = durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf})
 	if err := r.m.AttachObjects(r.h); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/controller/sandboxclass"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/store/sqlite"
 )
 
 func attach(t *testing.T, r *rig) *durable.Host {
 	t.Helper()
-	h := durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Logf: t.Logf})
+	h := durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf})
 	if err := r.m.AttachObjects(h); err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +102,75 @@ func TestSleepAlarmIsDurable(t *testing.T) {
 	}
 	if !seen["sleep"] || !seen["destroy"] || !seen["wake"] && !seen["start"] {
 		t.Fatalf("journal ops: %v", seen)
+	}
+}
+
+// TestRequestWakesThroughTheClass: a request (exec) to a sleeping sandbox
+// asks its controller object to wake it, so the object's idle alarm is
+// armed again and the start is the object's (journaled as its
+// container.start).
+func TestRequestWakesThroughTheClass(t *testing.T) {
+	r := newRig(t)
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "w", SleepAfter: "1m"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Sleep(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := alarmOf(t, r.h, "w"); ok {
+		t.Fatal("a sleeping sandbox has an idle alarm")
+	}
+	if _, err := r.m.Exec(ctx, "w", api.ExecRequest{Argv: []string{"true"}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := alarmOf(t, r.h, "w"); !ok || time.Until(at) < 50*time.Second {
+		t.Fatalf("idle alarm after the request woke it: %v %v", at, ok)
+	}
+	j, err := r.cfg.Store.Journal(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := 0
+	for _, e := range j {
+		if e.Op == "container.start" && e.Status == "done" {
+			starts++
+		}
+	}
+	if starts != 2 {
+		t.Fatalf("want the create and the wake as the object's container.start, got %d: %+v", starts, j)
+	}
+	var sp sandboxclass.Spec
+	if ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "w"}).Get(ctx, sandboxclass.SpecKey, &sp); !ok || err != nil || sp.SleepAfter != time.Minute {
+		t.Fatalf("spec: %+v %v %v", sp, ok, err)
+	}
+}
+
+// TestClassAdoptsSandboxWithoutSpec: a sandbox whose record predates its
+// object's spec (made by an older berth, or started by another class)
+// gets a spec from what the compute reports at its first call, and from
+// then on the object, not the compute's own timer, sleeps it.
+func TestClassAdoptsSandboxWithoutSpec(t *testing.T) {
+	r := newRig(t)
+	c := r.m.Compute(nil)
+	if err := c.Start(ctx, "old", durable.StartOptions{SleepAfter: 2 * time.Minute, Labels: map[string]string{"a": "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "old"}, false); err != nil {
+		t.Fatal(err)
+	}
+	var sp sandboxclass.Spec
+	if ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "old"}).Get(ctx, sandboxclass.SpecKey, &sp); !ok || err != nil || sp.SleepAfter != 2*time.Minute || sp.Labels["a"] != "b" {
+		t.Fatalf("adopted spec: %+v %v %v", sp, ok, err)
+	}
+	if _, ok := alarmOf(t, r.h, "old"); !ok {
+		t.Fatal("adopted sandbox has no idle alarm")
+	}
+	r.m.tick(ctx, time.Now().Add(10*time.Minute))
+	if st, _ := c.Status(ctx, "old"); !st.Running {
+		t.Fatal("the compute's timer slept a sandbox its object now sleeps")
+	}
+	r.fireAt(time.Now().Add(3 * time.Minute))
+	if st, _ := c.Status(ctx, "old"); st.Running {
+		t.Fatal("the object's idle alarm did not sleep it")
 	}
 }

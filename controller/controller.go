@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"sort"
 	"sync"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/preview"
-	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -78,8 +76,13 @@ type Manager struct {
 	actors map[string]*actor // by name; guarded by mu
 
 	idMu sync.Mutex // serializes user namespace range allocation
-	// objects, once attached (class.go), holds the persisted alarms.
+	// objects, once attached (class.go), runs the sandboxes' controller
+	// objects (package sandboxclass).
 	objects *durable.Host
+	ownHost bool // objects was made by New, not attached: Run delivers its alarms
+
+	// now is the clock of the Sandbox class's idle decision (tests).
+	now func() time.Time
 
 	admitMu  sync.Mutex
 	reserved map[string]*store.Sandbox // admitted starts in flight; guarded by admitMu
@@ -96,6 +99,10 @@ type actor struct {
 	exists  bool // rec is persisted
 	deleted bool // the actor was removed from the map; callers must retry
 	agent   *agentclient.Client
+	// entrypoint: this run has a durable.StartOptions.Entrypoint process;
+	// exitCode is its exit code once it ended (until the next start).
+	entrypoint bool
+	exitCode   *int
 
 	// activity is guarded by actMu, not mu, so exec does not wait for a
 	// slow lifecycle op just to record that it ran.
@@ -103,7 +110,6 @@ type actor struct {
 	active     int       // running execs and open streams
 	lastActive time.Time // last API activity
 	savedSleep time.Time // SleepAt last persisted
-	alarmAt    time.Time // the durable alarm last armed (guarded by mu)
 }
 
 // ValidName reports whether s can name a sandbox. Names become host names
@@ -126,7 +132,19 @@ func New(cfg Config) *Manager {
 		cfg.Logf = log.Printf
 	}
 	cfg.UserNS.defaults()
-	return &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
+	m := &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
+	if s, ok := cfg.Store.(interface {
+		store.Objects
+		store.Ops
+	}); ok {
+		// Until AttachObjects hands it the daemon's host, the controller
+		// runs its class on a host of its own (Run delivers its alarms).
+		h := durable.NewHost(durable.Config{Store: s, Compute: m.Compute(nil), AlarmTick: cfg.AlarmTick, Logf: cfg.Logf})
+		if err := m.AttachObjects(h); err == nil {
+			m.ownHost = true
+		}
+	}
+	return m
 }
 
 // lock returns the actor for name with its mutex held, loading its record
@@ -208,14 +226,6 @@ func (m *Manager) save(ctx context.Context, a *actor) error {
 	}
 	a.rec.Version = v
 	a.exists = true
-	if m.objects != nil && !a.alarmAt.Equal(a.rec.SleepAt) {
-		// After the record: a crash in between leaves the record's
-		// alarm, which Reconcile re-arms (armAll).
-		if err := m.armAlarm(ctx, a.name, a.rec.SleepAt); err != nil {
-			return fmt.Errorf("persist alarm of sandbox %q: %w", a.name, err)
-		}
-		a.alarmAt = a.rec.SleepAt
-	}
 	return nil
 }
 
@@ -245,9 +255,18 @@ func newID() string {
 	return "s" + hex.EncodeToString(b[:])
 }
 
-// getOrCreate is GetOrCreate's body (class.go runs it as a call on the
-// sandbox's controller object).
-func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error) {
+// startFlags are the compute's choices beyond an api.CreateSandboxRequest.
+type startFlags struct {
+	createOnly bool // an existing sandbox is already exists
+	notRunning bool // a running sandbox is failed precondition (durable's Start)
+	update     bool // apply to an existing sandbox without starting it (durable's Update)
+	selfSleep  bool // store.Sandbox.SelfSleep
+}
+
+// startSandbox creates the sandbox or wakes it, with req's choices: the
+// compute's Start (compute.go). Its controller, the Sandbox class, makes
+// the decisions; this is the machinery.
+func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, f startFlags) (api.Sandbox, bool, error) {
 	if err := ValidName(req.Name); err != nil {
 		return api.Sandbox{}, false, err
 	}
@@ -275,9 +294,16 @@ func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 	}
 	defer a.mu.Unlock()
 	created := false
+	if !a.exists && f.update {
+		m.drop(a)
+		return api.Sandbox{}, false, errdefs.NotFound("sandbox %q not found", req.Name)
+	}
 	if a.exists {
-		if createOnly {
+		if f.createOnly {
 			return api.Sandbox{}, false, errdefs.AlreadyExists("sandbox %q already exists", req.Name)
+		}
+		if f.notRunning && a.rec.State == api.StateRunning {
+			return api.Sandbox{}, false, errdefs.FailedPrecondition("container %q is already running", req.Name)
 		}
 		if req.Isolation != "" && req.Isolation != isolationOf(a.rec) {
 			return api.Sandbox{}, false, errdefs.FailedPrecondition("sandbox %q runs with isolation %q; destroy it to change to %q", req.Name, isolationOf(a.rec), req.Isolation)
@@ -291,6 +317,14 @@ func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			if err := m.setNetworkLocked(ctx, a, *req.Network); err != nil {
 				return api.Sandbox{}, false, err
 			}
+		}
+		if req.SleepAfter != "" {
+			a.rec.SleepAfter = sleepAfter
+		}
+		a.rec.SelfSleep = f.selfSleep
+		if f.update {
+			m.touch(a) // a request to the sandbox, as a get-or-create always was
+			return m.view(a), false, m.save(ctx, a)
 		}
 		if a.rec.State != api.StateRunning {
 			release, err := m.admit(ctx, &a.rec)
@@ -314,7 +348,7 @@ func (m *Manager) getOrCreate(ctx context.Context, req api.CreateSandboxRequest,
 			Instance: instance, Resources: res, Internet: req.Internet != nil && *req.Internet,
 			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
-			Tenant: policy.TenantFrom(ctx),
+			Tenant: policy.TenantFrom(ctx), SelfSleep: f.selfSleep,
 		}
 		iso, err := m.isolation(req.Isolation)
 		if err != nil {
@@ -400,8 +434,9 @@ func applyStartOptions(rec *store.Sandbox, req api.CreateSandboxRequest) error {
 	return nil
 }
 
-// Get implements server.Sandboxes. It never wakes the sandbox.
-func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
+// describe is the compute's view of the sandbox (Get through the class
+// ends here). It never wakes the sandbox.
+func (m *Manager) describe(ctx context.Context, name string) (api.Sandbox, error) {
 	if err := ValidName(name); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -415,80 +450,6 @@ func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
 		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", name)
 	}
 	return m.view(a), nil
-}
-
-// List implements server.Sandboxes.
-func (m *Manager) List(ctx context.Context, f server.ListFilter) ([]api.Sandbox, error) {
-	recs, err := m.st.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := []api.Sandbox{}
-	tenant := policy.TenantFrom(ctx)
-	for _, rec := range recs {
-		if tenant != "" && rec.Tenant != tenant {
-			continue
-		}
-		if f.State != "" && rec.State != f.State {
-			continue
-		}
-		match := true
-		for k, v := range f.Labels {
-			if rec.Labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if match {
-			out = append(out, toAPI(rec))
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// view renders a's record, with the live idle deadline. Callers hold a.mu.
-func (m *Manager) view(a *actor) api.Sandbox {
-	s := toAPI(a.rec)
-	// OOM kills inside a running sandbox are read live from its cgroup
-	// (memory.events or memory.oom_control); the record keeps the flag
-	// once the container is gone.
-	if a.rec.State == api.StateRunning && m.cfg.Runtime.OOMKilled(a.rec.ID) {
-		s.OOMKilled = true
-	}
-	a.actMu.Lock()
-	s.LastActive = a.lastActive
-	if a.rec.State == api.StateRunning && !a.rec.KeepAlive {
-		at := a.lastActive.Add(a.rec.SleepAfter)
-		s.SleepAt = &at
-	}
-	a.actMu.Unlock()
-	return s
-}
-
-func toAPI(r store.Sandbox) api.Sandbox {
-	s := api.Sandbox{
-		Name: r.Name, ID: r.ID, State: r.State, Image: r.Image, ImageDigest: r.ImageDigest,
-		Instance: r.Instance, Resources: r.Resources, Internet: r.Internet, Env: r.Env,
-		Labels: r.Labels, SleepAfter: r.SleepAfter.String(), KeepAlive: r.KeepAlive, IP: r.IP,
-		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
-		Snapshot: r.Snapshot, Persist: r.Persist, Isolation: r.Isolation,
-	}
-	if s.Isolation == "" {
-		s.Isolation = api.IsolationRunc
-	}
-	p := policyOf(r)
-	p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
-	s.Network = &p
-	if !r.StartedAt.IsZero() {
-		t := r.StartedAt
-		s.StartedAt = &t
-	}
-	if !r.SleepAt.IsZero() {
-		t := r.SleepAt
-		s.SleepAt = &t
-	}
-	return s
 }
 
 // destroy is Destroy's body.
@@ -524,42 +485,44 @@ func (m *Manager) destroy(ctx context.Context, name string) error {
 			_ = m.forgetSnapshot(ctx, p)
 		}
 	}
-	if err := m.armAlarm(ctx, name, time.Time{}); err != nil {
-		m.cfg.Logf("sandbox %s: disarm alarm: %v", name, err)
-	}
 	m.journal(ctx, name, "destroy", a.rec.ID)
 	m.drop(a)
 	return nil
 }
 
-// sleepNamed is Sleep's body.
-func (m *Manager) sleepNamed(ctx context.Context, name string) error {
+// stopSandbox is the compute's Stop: it sleeps the sandbox, keeping its
+// files, and reports whether it did. With o.IdleSince it leaves a sandbox
+// that had activity after that time, or has an operation in flight.
+func (m *Manager) stopSandbox(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
 	if err := ValidName(name); err != nil {
-		return err
+		return false, err
 	}
 	a, err := m.lock(ctx, name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer a.mu.Unlock()
 	if !a.exists {
 		m.drop(a)
-		return errdefs.NotFound("sandbox %q not found", name)
+		return false, errdefs.NotFound("sandbox %q not found", name)
 	}
-	return m.sleep(context.WithoutCancel(ctx), a, "requested")
-}
-
-// ImageInUse reports whether any sandbox records digest, so the image
-// store can refuse to delete an image that a sandbox still needs.
-func (m *Manager) ImageInUse(digest string) bool {
-	recs, err := m.st.List(context.Background())
-	if err != nil {
-		return true // when in doubt, keep the image
+	if a.rec.State == api.StateSleeping {
+		return false, nil
 	}
-	for _, r := range recs {
-		if r.ImageDigest == digest {
-			return true
+	if !o.IdleSince.IsZero() {
+		a.actMu.Lock()
+		busy := a.active > 0 || a.lastActive.After(o.IdleSince)
+		a.actMu.Unlock()
+		if busy || a.rec.State != api.StateRunning {
+			return false, nil
 		}
 	}
-	return false
+	reason := o.Reason
+	if reason == "" {
+		reason = "requested"
+	}
+	if err := m.sleep(context.WithoutCancel(ctx), a, reason); err != nil {
+		return false, err
+	}
+	return true, nil
 }

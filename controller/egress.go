@@ -49,7 +49,7 @@ func (m *Manager) rawInternet(p api.NetworkPolicy) bool {
 
 // GetNetwork returns a sandbox's egress policy.
 func (m *Manager) GetNetwork(ctx context.Context, name string) (api.NetworkPolicy, error) {
-	sb, err := m.Get(ctx, name)
+	sb, err := m.describe(ctx, name)
 	if err != nil {
 		return api.NetworkPolicy{}, err
 	}
@@ -116,7 +116,7 @@ func nonNil[T any](s []T) []T {
 
 // EgressLog returns a sandbox's most recent egress decisions.
 func (m *Manager) EgressLog(ctx context.Context, name string, limit int) ([]api.EgressEvent, error) {
-	if _, err := m.Get(ctx, name); err != nil {
+	if _, err := m.describe(ctx, name); err != nil {
 		return nil, err
 	}
 	if m.cfg.Egress == nil {

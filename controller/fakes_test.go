@@ -212,6 +212,24 @@ type rig struct {
 	rt  *fakeRuntime
 	cfg Config
 	h   *durable.Host // the object host the controller is attached to
+	// at, when set, is the clock of the host and of the Sandbox class's
+	// idle decisions (the compute's activity times stay real).
+	at time.Time
+}
+
+func (r *rig) now() time.Time {
+	if !r.at.IsZero() {
+		return r.at
+	}
+	return time.Now()
+}
+
+// fireAt delivers the controller objects' alarms due at t.
+func (r *rig) fireAt(t time.Time) {
+	r.at = t
+	r.m.now = r.now
+	r.h.FireDue(context.Background())
+	r.at = time.Time{}
 }
 
 func newRig(t *testing.T) *rig {
@@ -235,7 +253,7 @@ func newRig(t *testing.T) *rig {
 		RunDir: runDir, AgentBinary: "/bin/true", Logf: t.Logf, StartTimeout: 5 * time.Second}
 	r.m = New(r.cfg)
 	// As the daemon runs it: the controller on package durable.
-	r.h = durable.NewHost(durable.Config{Store: st, Logf: t.Logf})
+	r.h = durable.NewHost(durable.Config{Store: st, Compute: r.m.Compute(nil), Logf: t.Logf, Now: r.now})
 	if err := r.m.AttachObjects(r.h); err != nil {
 		t.Fatal(err)
 	}

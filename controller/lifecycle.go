@@ -42,6 +42,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	rec := &a.rec
 	wasSleeping := rec.State == api.StateSleeping
 	rec.State, rec.Error = api.StateStarting, ""
+	a.exitCode = nil
 	if err := m.save(ctx, a); err != nil {
 		return err
 	}
@@ -266,6 +267,7 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 		a.agent.Close()
 		a.agent = nil
 	}
+	a.entrypoint = false
 	if m.cfg.Runtime.OOMKilled(id) {
 		a.rec.OOMKilled = true
 	}
@@ -328,6 +330,8 @@ func (m *Manager) use(ctx context.Context, name string) (*agentclient.Client, fu
 	if err := ValidName(name); err != nil {
 		return nil, nil, err
 	}
+	woken := false
+again:
 	a, err := m.lock(ctx, name)
 	if err != nil {
 		return nil, nil, err
@@ -336,6 +340,16 @@ func (m *Manager) use(ctx context.Context, name string) (*agentclient.Client, fu
 		m.drop(a)
 		a.mu.Unlock()
 		return nil, nil, errdefs.NotFound("sandbox %q not found", name)
+	}
+	if (a.rec.State != api.StateRunning || a.agent == nil) && m.objects != nil && !woken {
+		// Woken by its controller object, which chooses how it starts
+		// and arms its idle alarm; then look again.
+		a.mu.Unlock()
+		if err := m.wake(ctx, name); err != nil {
+			return nil, nil, err
+		}
+		woken = true
+		goto again
 	}
 	if a.rec.State != api.StateRunning || a.agent == nil {
 		admitted, err := m.admit(ctx, &a.rec)

@@ -94,10 +94,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	m.collectOrphanBlobs(ctx)
 	m.collectSnapshots(ctx)
 	if m.objects != nil {
-		// Alarms are durable alarms: make sure each record's is armed;
-		// those that fell due while the daemon was down fire on the
-		// object host's first tick.
-		m.armAll(ctx)
+		// The controller objects' idle alarms are durable alarms: those
+		// that fell due while the daemon was down fire on the object
+		// host's first tick.
 		return nil
 	}
 	m.fireDue(ctx, time.Now())
@@ -159,6 +158,14 @@ func (m *Manager) adopt(ctx context.Context, a *actor, c Container) bool {
 			}
 			if err == nil {
 				a.agent = ag
+				ectx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				if p, perr := ag.GetProcess(ectx, entrypointID); perr == nil && p.ExitCode == nil {
+					// Its entrypoint still runs: signals reach it again,
+					// and its end stops the container.
+					a.entrypoint = true
+					go m.watchEntrypoint(a.name, ag, rec.RunID)
+				}
+				cancel()
 				if rec.State != api.StateRunning {
 					rec.State = api.StateRunning
 					_ = m.save(ctx, a)
@@ -211,7 +218,7 @@ func (m *Manager) maybeSleep(ctx context.Context, name string, now time.Time) {
 		return
 	}
 	defer a.mu.Unlock()
-	if !a.exists || a.rec.State != api.StateRunning || a.rec.KeepAlive {
+	if !a.exists || a.rec.State != api.StateRunning || a.rec.KeepAlive || a.rec.SelfSleep {
 		if !a.exists {
 			m.drop(a)
 		}
@@ -227,8 +234,10 @@ func (m *Manager) maybeSleep(ctx context.Context, name string, now time.Time) {
 	}
 }
 
-// Run is the alarm loop. It sleeps idle sandboxes and keeps each persisted
-// alarm within a second of the in-memory activity, until ctx ends.
+// Run is the alarm loop. It sleeps idle sandboxes whose controller object
+// does not (store.Sandbox.SelfSleep: the Sandbox class's own alarm does)
+// and keeps each record's SleepAt within a second of the in-memory
+// activity, until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.AlarmTick)
 	defer t.Stop()
@@ -268,7 +277,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) {
 		drift := deadline.Sub(a.savedSleep)
 		a.actMu.Unlock()
 		switch {
-		case idle && !a.rec.KeepAlive:
+		case idle && !a.rec.KeepAlive && !a.rec.SelfSleep:
 			if err := m.sleep(ctx, a, "idle for "+a.rec.SleepAfter.String()); err != nil {
 				m.cfg.Logf("sandbox %s: sleep: %v", a.name, err)
 			}
@@ -281,4 +290,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) {
 		a.mu.Unlock()
 	}
 	m.fireDue(ctx, now)
+	if m.ownHost {
+		m.objects.FireDue(ctx)
+	}
 }

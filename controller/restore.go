@@ -121,7 +121,7 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 			return api.ForkResult{}, errdefs.AlreadyExists("sandbox %q already exists", n)
 		}
 	}
-	src, err := m.Get(ctx, source)
+	src, err := m.describe(ctx, source)
 	if err != nil {
 		return api.ForkResult{}, err
 	}

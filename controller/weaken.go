@@ -18,7 +18,7 @@ func (m *Manager) weakReadFile(ctx context.Context, name, path string) (io.ReadC
 	if !weaken.Off(weaken.FilesConfine) {
 		return nil, false, nil
 	}
-	sb, err := m.Get(ctx, name)
+	sb, err := m.describe(ctx, name)
 	if err != nil {
 		return nil, true, err
 	}

@@ -254,7 +254,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Policy:           pol,
 	})
 	imgs.InUse = mgr.ImageInUse
-	objects := durable.NewHost(durable.Config{Store: st, Compute: compute{m: mgr, images: images{imgs}, policy: pol}, AlarmTick: cfg.AlarmTick, Logf: logf})
+	objects := durable.NewHost(durable.Config{Store: st, Compute: mgr.Compute(images{imgs}.ListImages), AlarmTick: cfg.AlarmTick, Logf: logf})
 	if err := mgr.AttachObjects(objects); err != nil {
 		return err
 	}

@@ -24,6 +24,13 @@ type Resources struct {
 // StartOptions choose what the container starts from. Image and Snapshot
 // are mutually exclusive; Instance names a size ("lite", "basic",
 // "standard-1" … "standard-4") unless Resources gives a custom one.
+//
+// Starting a container that exists but sleeps wakes it with its files:
+// Image must then be empty or the image it was created from, Snapshot
+// must be nil (a snapshot starts afresh: the old files go), Env, Labels,
+// Persist and Isolation keep their values from creation (an Isolation
+// that differs is refused), and Instance, Resources, Internet, Network,
+// SleepAfter and KeepAlive apply from this start on.
 type StartOptions struct {
 	Image      string            `json:"image,omitempty"`
 	Snapshot   *SnapshotHandle   `json:"snapshot,omitempty"`
@@ -33,6 +40,35 @@ type StartOptions struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Entrypoint []string          `json:"entrypoint,omitempty"`
+	// Network is the egress policy (allow/deny rules, secret injection);
+	// nil keeps the container's policy (with Internet applied), or is
+	// Internet alone for a new one. When set, its Internet wins.
+	Network *api.NetworkPolicy `json:"network,omitempty"`
+	// Isolation is api.IsolationRunc or api.IsolationGVisor; "" is the
+	// platform's default. Chosen at creation.
+	Isolation string `json:"isolation,omitempty"`
+	// Persist is api.PersistDisk to copy the files off the host at every
+	// sleep; "" is api.PersistNone. Chosen at creation.
+	Persist string `json:"persist,omitempty"`
+	// SleepAfter is the inactivity timeout (0: the platform's 10m) and
+	// KeepAlive turns it off.
+	SleepAfter time.Duration `json:"sleepAfter,omitempty"`
+	KeepAlive  bool          `json:"keepAlive,omitempty"`
+	// SelfSleep says the object puts the container to sleep itself
+	// (Container.StopIfIdle from its alarm, on Status's LastActive): the
+	// platform's own inactivity timer then leaves it running, and
+	// SleepAfter and KeepAlive are only reported (api.Sandbox.SleepAt).
+	SelfSleep bool `json:"selfSleep,omitempty"`
+}
+
+// StopOptions tune Compute.Stop.
+type StopOptions struct {
+	// Reason is journaled ("requested", "idle for 10m0s", …).
+	Reason string
+	// IdleSince, when set, makes the stop conditional: it does nothing if
+	// the container had activity after IdleSince or has an operation in
+	// flight (checked atomically with the stop, under the platform's lock).
+	IdleSince time.Time
 }
 
 // ExecOptions tune one Exec.
@@ -72,6 +108,17 @@ type Status struct {
 	State   string
 	Error   string
 	OOM     bool
+	// ExitCode is the exit code of the entrypoint (StartOptions.
+	// Entrypoint) once it ended; nil when unknown or still running.
+	ExitCode *int
+	// LastActive is the last API activity on the container (exec, files,
+	// terminals, starts); Busy says an operation is in flight now. An
+	// object that sleeps its container itself (SelfSleep) decides on them.
+	LastActive time.Time
+	Busy       bool
+	// Sandbox is the container's full public view (as GET
+	// /v1/sandboxes/{name} shows it); zero when it does not exist.
+	Sandbox api.Sandbox
 }
 
 // Process is a running Exec.
@@ -84,13 +131,23 @@ type Process interface {
 	Kill() error
 }
 
-// Compute is what the platform provides to run containers. The daemon
-// implements it on the sandbox controller: name is a sandbox name.
+// Compute is what the platform provides to run containers: name is a
+// sandbox name. berth's is controller.Manager.Compute (runc containers,
+// rootfs, network, the sandbox inventory); tests use fakes.
 type Compute interface {
 	Start(ctx context.Context, name string, o StartOptions) error
 	Status(ctx context.Context, name string) (Status, error)
 	Exec(ctx context.Context, name string, argv []string, o ExecOptions) (Process, error)
 	Signal(ctx context.Context, name string, sig int) error
+	// Stop stops a running container and keeps its files (it sleeps;
+	// the next Start wakes it). It reports whether it stopped it: false
+	// when it was not running or, with IdleSince, not idle.
+	Stop(ctx context.Context, name string, o StopOptions) (bool, error)
+	// Update changes the options of an existing container without
+	// starting it, as a Start would (see StartOptions): the network
+	// policy and SleepAfter/KeepAlive apply at once, the rest at the
+	// next start.
+	Update(ctx context.Context, name string, o StartOptions) error
 	Destroy(ctx context.Context, name, reason string) error
 	SetInactivityTimeout(ctx context.Context, name string, d time.Duration) error
 	Snapshot(ctx context.Context, name string, o SnapshotOptions) (SnapshotHandle, error)
@@ -152,10 +209,14 @@ func (c *Container) Start(ctx context.Context, o StartOptions) error {
 	if o.Image != "" && o.Snapshot != nil {
 		return errdefs.InvalidArgument("start: give an image or a snapshot, not both")
 	}
-	if o.Labels == nil {
-		o.Labels = map[string]string{}
+	if c.addr.Class != BuiltinSandboxClass {
+		// The built-in class's containers are the plain sandboxes users
+		// asked for; others are marked with the class that runs them.
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels["berth.object.class"] = c.addr.Class
 	}
-	o.Labels["berth.object.class"] = c.addr.Class
 	return c.journal.record(ctx, "container.start", redactStart(o), func(ctx context.Context) error {
 		return c.compute.Start(ctx, c.name, o)
 	})
@@ -168,6 +229,75 @@ func (c *Container) Running(ctx context.Context) bool {
 	}
 	st, err := c.compute.Status(ctx, c.name)
 	return err == nil && st.Running
+}
+
+// Status reports the container's state, its last activity and its full
+// public view. A container that does not exist is Exists: false, not an
+// error.
+func (c *Container) Status(ctx context.Context) (Status, error) {
+	if err := c.ready(); err != nil {
+		return Status{}, err
+	}
+	return c.compute.Status(ctx, c.name)
+}
+
+// Describe returns the container's public view; not found when it does
+// not exist.
+func (c *Container) Describe(ctx context.Context) (api.Sandbox, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if !st.Exists {
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", c.name)
+	}
+	return st.Sandbox, nil
+}
+
+// Stop stops the container now and keeps its files: it sleeps, and the
+// next Start (or any request to the sandbox) wakes it. Stopping a
+// container that does not run does nothing; a missing one is not found.
+func (c *Container) Stop(ctx context.Context, reason string) error {
+	_, err := c.stop(ctx, StopOptions{Reason: reason})
+	return err
+}
+
+// StopIfIdle is Stop on condition: only if the container had no activity
+// after idleSince and no operation is in flight, checked atomically with
+// the stop. It reports whether it stopped the container. An object's idle
+// alarm uses it, so a request that arrives during the check is not cut off.
+func (c *Container) StopIfIdle(ctx context.Context, reason string, idleSince time.Time) (bool, error) {
+	if idleSince.IsZero() {
+		return false, errdefs.InvalidArgument("StopIfIdle needs a time")
+	}
+	return c.stop(ctx, StopOptions{Reason: reason, IdleSince: idleSince})
+}
+
+func (c *Container) stop(ctx context.Context, o StopOptions) (bool, error) {
+	if err := c.ready(); err != nil {
+		return false, err
+	}
+	var stopped bool
+	err := c.journal.record(ctx, "container.stop", map[string]string{"reason": o.Reason}, func(ctx context.Context) error {
+		var err error
+		stopped, err = c.compute.Stop(ctx, c.name, o)
+		return err
+	})
+	return stopped, err
+}
+
+// Update changes the options of an existing container without starting
+// it (see StartOptions for which apply when). Snapshot must be nil.
+func (c *Container) Update(ctx context.Context, o StartOptions) error {
+	if err := c.ready(); err != nil {
+		return err
+	}
+	if o.Snapshot != nil {
+		return errdefs.InvalidArgument("update: a snapshot is chosen at start")
+	}
+	return c.journal.record(ctx, "container.update", redactStart(o), func(ctx context.Context) error {
+		return c.compute.Update(ctx, c.name, o)
+	})
 }
 
 // Exec runs argv in the container (no shell) and returns the process.
@@ -219,6 +349,9 @@ func (c *Container) Monitor(ctx context.Context) (ExitInfo, error) {
 		}
 		if !st.Running {
 			info := ExitInfo{ExitCode: -1, Reason: st.State}
+			if st.ExitCode != nil {
+				info.ExitCode = *st.ExitCode
+			}
 			switch {
 			case !st.Exists:
 				info.Reason = "destroyed"
@@ -268,14 +401,26 @@ func (c *Container) Images(ctx context.Context) (map[string]string, error) {
 	return c.compute.Images(ctx)
 }
 
-// redactStart keeps env names but not values: env commonly carries secrets.
+// redactStart keeps env and injected header names but not their values:
+// both commonly carry secrets.
 func redactStart(o StartOptions) StartOptions {
-	if len(o.Env) > 0 {
-		env := make(map[string]string, len(o.Env))
-		for k := range o.Env {
-			env[k] = "[redacted]"
+	redact := func(m map[string]string) map[string]string {
+		out := make(map[string]string, len(m))
+		for k := range m {
+			out[k] = "[redacted]"
 		}
-		o.Env = env
+		return out
+	}
+	if len(o.Env) > 0 {
+		o.Env = redact(o.Env)
+	}
+	if o.Network != nil && len(o.Network.Inject) > 0 {
+		n := *o.Network
+		n.Inject = make([]api.InjectRule, len(o.Network.Inject))
+		for i, r := range o.Network.Inject {
+			n.Inject[i] = api.InjectRule{Host: r.Host, SetHeaders: redact(r.SetHeaders)}
+		}
+		o.Network = &n
 	}
 	return o
 }

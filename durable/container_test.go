@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -20,6 +21,7 @@ type fakeCompute struct {
 	running map[string]bool
 	exists  map[string]bool
 	last    durable.StartOptions
+	exit    *int // reported once stopped
 }
 
 func (f *fakeCompute) Start(ctx context.Context, name string, o durable.StartOptions) error {
@@ -37,6 +39,11 @@ func (f *fakeCompute) Status(ctx context.Context, name string) (durable.Status, 
 	st := durable.Status{Exists: f.exists[name], Running: f.running[name], State: "sleeping"}
 	if st.Running {
 		st.State = "running"
+	} else {
+		st.ExitCode = f.exit
+	}
+	if st.Exists {
+		st.Sandbox.Name, st.Sandbox.State = name, st.State
 	}
 	return st, nil
 }
@@ -47,6 +54,19 @@ func (f *fakeCompute) Signal(ctx context.Context, name string, sig int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.running[name] = false
+	return nil
+}
+func (f *fakeCompute) Stop(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.exists[name] {
+		return false, errdefs.NotFound("no such sandbox")
+	}
+	was := f.running[name]
+	f.running[name] = false
+	return was, nil
+}
+func (f *fakeCompute) Update(ctx context.Context, name string, o durable.StartOptions) error {
 	return nil
 }
 func (f *fakeCompute) Destroy(ctx context.Context, name, reason string) error {
@@ -201,5 +221,75 @@ func TestAlarmRetries(t *testing.T) {
 		if armed {
 			t.Fatalf("fails=%d: alarm still armed", c.fails)
 		}
+	}
+}
+
+// TestContainerStopAndStatus covers the calls the built-in class needs:
+// Describe, Stop, StopIfIdle, Update, and Monitor's exit code.
+func TestContainerStopAndStatus(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "state.db"))
+	fc := &fakeCompute{running: map[string]bool{}, exists: map[string]bool{}}
+	h := durable.NewHost(durable.Config{Store: st, Compute: fc})
+	if err := h.Register("Counter", (*Counter)(nil), newCounter); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err := h.DoAs(ctx, durable.Address{Class: "Counter", ID: "stop"}, func(_ any, s *durable.State) error {
+		c := s.Container
+		if _, err := c.Describe(ctx); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("describe before start: %v", err)
+		}
+		if err := c.Stop(ctx, "x"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("stop of a missing container: %v", err)
+		}
+		if _, err := c.StopIfIdle(ctx, "x", time.Time{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("StopIfIdle without a time: %v", err)
+		}
+		if err := c.Update(ctx, durable.StartOptions{Snapshot: &durable.SnapshotHandle{ID: "s"}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("update with a snapshot: %v", err)
+		}
+		if err := c.Start(ctx, durable.StartOptions{Image: "debian-trixie"}); err != nil {
+			return err
+		}
+		if sb, err := c.Describe(ctx); err != nil || sb.State != "running" || sb.Name != c.Name() {
+			t.Errorf("describe: %+v %v", sb, err)
+		}
+		pol := &api.NetworkPolicy{Allow: []string{"api.test"}, Inject: []api.InjectRule{{Host: "api.test", SetHeaders: map[string]string{"X-Custom": "Bearer hunter2"}}}}
+		if err := c.Update(ctx, durable.StartOptions{Network: pol}); err != nil {
+			return err
+		}
+		code := 7
+		fc.exit = &code
+		if err := c.Stop(ctx, "requested"); err != nil {
+			return err
+		}
+		if info, err := c.Monitor(ctx); err != nil || info.ExitCode != 7 || info.Reason != "sleeping" {
+			t.Errorf("monitor: %+v %v", info, err)
+		}
+		fc.exit = nil
+		if info, _ := c.Monitor(ctx); info.ExitCode != -1 {
+			t.Errorf("unknown exit code: %+v", info)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := st.Journal(ctx, durable.SandboxName(durable.Address{Class: "Counter", ID: "stop"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]int{}
+	for _, e := range j {
+		ops[e.Op]++
+		if strings.Contains(e.Args, "hunter2") {
+			t.Errorf("injected header value in the journal: %s", e.Args)
+		}
+		if e.Op == "container.update" && !strings.Contains(e.Args, "X-Custom") {
+			t.Errorf("update args lost the header name: %s", e.Args)
+		}
+	}
+	if ops["container.stop"] != 2 || ops["container.update"] != 1 || ops["container.start"] != 1 {
+		t.Fatalf("journal: %v", ops)
 	}
 }

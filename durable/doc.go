@@ -18,6 +18,7 @@
 // callable over RPC.
 //
 // The package knows nothing of how compute is run: the daemon supplies a
-// Compute implementation (the sandbox controller), tests a fake. See
-// docs/CONTROLLERS.md.
+// Compute implementation (controller.Manager.Compute), tests a fake.
+// berth's own sandbox controller is a class on this API (package
+// controller/sandboxclass). See docs/CONTROLLERS.md.
 package durable

@@ -60,6 +60,9 @@ type Sandbox struct {
 	HostUID uint32
 	// Isolation is api.IsolationRunc or api.IsolationGVisor ("" = runc).
 	Isolation string
+	// SelfSleep: its controller object sleeps it from its own alarm
+	// (durable.StartOptions.SelfSleep); the controller's idle timer skips it.
+	SelfSleep bool `json:",omitempty"`
 }
 
 // Exposure is one exposed port of a sandbox.

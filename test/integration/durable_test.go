@@ -395,6 +395,23 @@ func TestContainerAPI(t *testing.T) {
 	if err := call("Signal", map[string]int{"Signal": 1}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("SIGHUP: %v", err)
 	}
+	// With an entrypoint, signals go to it, its end stops the container,
+	// and Monitor reports its exit code (128+n for a signal).
+	if err := call("Start", map[string]any{"image": "debian-trixie", "entrypoint": []string{"sleep", "1000"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := call("Signal", map[string]int{"Signal": 1}, nil); err != nil {
+		t.Fatalf("SIGHUP to the entrypoint: %v", err)
+	}
+	if err := call("Monitor", nil, &info); err != nil || info.ExitCode != 129 || info.Reason != "sleeping" {
+		t.Fatalf("monitor (entrypoint hung up): %+v %v", info, err)
+	}
+	if err := call("Start", map[string]any{"image": "debian-trixie", "entrypoint": []string{"sh", "-c", "exit 7"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := call("Monitor", nil, &info); err != nil || info.ExitCode != 7 {
+		t.Fatalf("monitor (entrypoint exit 7): %+v %v", info, err)
+	}
 	if err := call("Destroy", nil, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,8 @@
-package daemon
+package controller
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -11,58 +10,80 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/policy"
 )
 
-// compute runs durable objects' containers as berth sandboxes through the
-// sandbox controller's public methods (the same ones the HTTP API uses).
+// compute is the durable.Compute of this daemon: the machinery (runc
+// container, rootfs, network, user namespace, the inventory of sandboxes)
+// that controller objects drive through their st.Container. The
+// built-in Sandbox class (package sandboxclass) is one of them; it makes
+// the decisions, compute carries them out on a sandbox named by its
+// object (durable.SandboxName).
 type compute struct {
-	m      *controller.Manager
-	images images
-	policy *policy.Policy
+	m    *Manager
+	list func(ctx context.Context) ([]api.Image, error)
+}
+
+// Compute returns the Manager as a durable.Compute, for the durable.Host
+// the Manager is attached to (AttachObjects). list gives the image
+// store's images for Images when the operator policy names none; nil: no
+// images beyond the policy's.
+func (m *Manager) Compute(list func(ctx context.Context) ([]api.Image, error)) durable.Compute {
+	return compute{m: m, list: list}
 }
 
 var _ durable.Compute = compute{}
 
-func (c compute) Start(ctx context.Context, name string, o durable.StartOptions) error {
-	cur, err := c.m.Get(ctx, name)
-	switch {
-	case err == nil && cur.State == api.StateRunning:
-		return errdefs.FailedPrecondition("container %q is already running", name)
-	case err == nil && o.Snapshot != nil:
-		// Starting from a snapshot starts fresh: the old writable layer
-		// goes (the snapshot itself stays).
-		if err := c.m.Destroy(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return err
-		}
-	case err != nil && !errors.Is(err, errdefs.ErrNotFound):
-		return err
-	}
-	internet := o.Internet
-	req := api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Internet: &internet, Env: o.Env, Labels: o.Labels}
+// request turns start options into the create request the machinery runs.
+func request(name string, o durable.StartOptions) api.CreateSandboxRequest {
+	internet, keep := o.Internet, o.KeepAlive
+	req := api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Internet: &internet,
+		Env: o.Env, Labels: o.Labels, Network: o.Network, Isolation: o.Isolation, Persist: o.Persist, KeepAlive: &keep}
 	if o.Resources != nil {
 		req.Resources = &api.Resources{VCPU: o.Resources.VCPU, MemoryMiB: o.Resources.MemoryMiB, DiskMB: o.Resources.DiskMB}
+	}
+	if o.SleepAfter > 0 {
+		req.SleepAfter = o.SleepAfter.String()
 	}
 	if o.Snapshot != nil {
 		req.Snapshot = o.Snapshot.ID
 	}
-	if _, _, err := c.m.GetOrCreate(ctx, req, false); err != nil {
+	return req
+}
+
+func (c compute) Start(ctx context.Context, name string, o durable.StartOptions) error {
+	if o.Snapshot != nil {
+		// Starting from a snapshot starts fresh: the old writable layer
+		// goes (the snapshot itself stays).
+		cur, err := c.m.describe(ctx, name)
+		switch {
+		case err == nil && cur.State == api.StateRunning:
+			return errdefs.FailedPrecondition("container %q is already running", name)
+		case err == nil:
+			if err := c.m.destroy(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return err
+			}
+		case !errors.Is(err, errdefs.ErrNotFound):
+			return err
+		}
+	}
+	if _, _, err := c.m.startSandbox(ctx, request(name, o), startFlags{notRunning: true, selfSleep: o.SelfSleep}); err != nil {
 		return err
 	}
 	if len(o.Entrypoint) > 0 {
-		ag, release, err := c.m.Agent(ctx, name)
-		if err != nil {
-			return err
-		}
-		defer release()
-		if _, err := ag.StartProcess(ctx, api.StartProcessRequest{Command: shellJoin(o.Entrypoint), ID: "entrypoint", Env: o.Env}); err != nil {
-			return fmt.Errorf("start entrypoint: %w", err)
-		}
+		return c.m.startEntrypoint(ctx, name, o.Entrypoint, o.Env)
 	}
 	return nil
+}
+
+func (c compute) Update(ctx context.Context, name string, o durable.StartOptions) error {
+	_, _, err := c.m.startSandbox(ctx, request(name, o), startFlags{update: true, selfSleep: o.SelfSleep})
+	return err
+}
+
+func (c compute) Stop(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
+	return c.m.stopSandbox(ctx, name, o)
 }
 
 func shellJoin(argv []string) string {
@@ -74,14 +95,7 @@ func shellJoin(argv []string) string {
 }
 
 func (c compute) Status(ctx context.Context, name string) (durable.Status, error) {
-	sb, err := c.m.Get(ctx, name)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return durable.Status{State: "destroyed"}, nil
-	}
-	if err != nil {
-		return durable.Status{}, err
-	}
-	return durable.Status{Exists: true, Running: sb.State == api.StateRunning, State: sb.State, Error: sb.Error, OOM: sb.OOMKilled}, nil
+	return c.m.status(ctx, name)
 }
 
 func (c compute) Exec(ctx context.Context, name string, argv []string, o durable.ExecOptions) (durable.Process, error) {
@@ -101,17 +115,11 @@ func (c compute) Exec(ctx context.Context, name string, argv []string, o durable
 }
 
 func (c compute) Signal(ctx context.Context, name string, sig int) error {
-	switch syscall.Signal(sig) {
-	case syscall.SIGTERM, syscall.SIGKILL:
-		// The main process is berth's agent: stopping it stops the
-		// container, which keeps its files (it sleeps).
-		return c.m.Sleep(ctx, name)
-	}
-	return errdefs.InvalidArgument("signal %d: only 15 (SIGTERM) and 9 (SIGKILL) reach the container's main process", sig)
+	return c.m.signal(ctx, name, syscall.Signal(sig))
 }
 
 func (c compute) Destroy(ctx context.Context, name, reason string) error {
-	return c.m.Destroy(ctx, name)
+	return c.m.destroy(ctx, name)
 }
 
 func (c compute) SetInactivityTimeout(ctx context.Context, name string, d time.Duration) error {
@@ -131,18 +139,21 @@ func (c compute) Snapshot(ctx context.Context, name string, o durable.SnapshotOp
 }
 
 func (c compute) Images(ctx context.Context) (map[string]string, error) {
-	if c.policy != nil && len(c.policy.Images) > 0 {
-		out := make(map[string]string, len(c.policy.Images))
-		for n, d := range c.policy.Images {
+	if p := c.m.cfg.Policy; p != nil && len(p.Images) > 0 {
+		out := make(map[string]string, len(p.Images))
+		for n, d := range p.Images {
 			out[n] = d
 		}
 		return out, nil
 	}
-	list, err := c.images.ListImages(ctx)
+	out := map[string]string{}
+	if c.list == nil {
+		return out, nil
+	}
+	list, err := c.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
 	for _, i := range list {
 		if i.Name != "" {
 			out[i.Name] = i.Digest
