@@ -132,8 +132,20 @@ func (s *Sandbox) create(ctx context.Context, req api.CreateSandboxRequest) (Cre
 		}
 		return CreateResult{}, err
 	}
-	// It exists, also after a failed start (the next request retries).
-	if perr := s.settle(ctx, st, spec); perr != nil && err == nil {
+	if err != nil && spec.Snapshot != "" {
+		// A failed restore leaves no partial state: a create from a
+		// snapshot whose blob does not verify or unpack is removed (it
+		// holds no files of the user's yet). Other failed creates stay in
+		// state failed, and the next request retries them.
+		ctx := context.WithoutCancel(ctx)
+		if derr := s.st.Container.Destroy(ctx, "create failed"); derr != nil {
+			return CreateResult{Sandbox: st.Sandbox, Created: true}, err
+		}
+		_ = s.st.Storage.Delete(ctx, SpecKey)
+		_ = s.st.DeleteAlarm(ctx)
+		return CreateResult{}, err
+	}
+	if perr := s.settle(ctx, st, spec); perr != nil {
 		err = perr
 	}
 	return CreateResult{Sandbox: st.Sandbox, Created: true}, err

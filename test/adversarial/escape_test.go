@@ -74,7 +74,7 @@ func lastLine(s string) string {
 // TestAgentExeOverwrite is CVE-2019-5736: a watcher in the sandbox holds
 // O_PATH fds of every process's executable (the agent, and whatever the
 // host starts for each exec) and keeps reopening them for writing while the
-// host runs 200 execs. No reopen may succeed, and the host's binaries keep
+// host runs 500 execs. No reopen may succeed, and the host's binaries keep
 // their hashes (checklist #11). Negative control: the same watcher catches
 // a binary it can write (its own copy on a writable fs, after it exits).
 func TestAgentExeOverwrite(t *testing.T) {
@@ -85,7 +85,7 @@ func TestAgentExeOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 500; i++ {
 		if _, err := d.c.Exec(ctx, "adv-exe", api.ExecRequest{Argv: []string{"true"}, User: []string{"root", "user"}[i%2]}); err != nil {
 			t.Fatalf("exec %d: %v", i, err)
 		}
@@ -210,13 +210,17 @@ func TestFDAllowlist(t *testing.T) {
 	}
 	cycle()
 	before := count()
-	const cycles = 20
+	// The checklist's 1,000 cycles; a leak of one fd per cycle shows as
+	// hundreds, while pooled connections and caches move the count by a
+	// few.
+	const cycles, slack = 1000, 32
+	t0 := time.Now()
 	for i := 0; i < cycles; i++ {
 		cycle()
 	}
 	after := count()
-	t.Logf("FIGURE daemon fds: %d before, %d after %d create/destroy cycles", before, after, cycles)
-	if after-before >= cycles/2 {
+	t.Logf("FIGURE daemon fds: %d before, %d after %d create/destroy cycles (%s)", before, after, cycles, time.Since(t0).Round(time.Second))
+	if after-before > slack {
 		t.Errorf("daemon fds grew from %d to %d over %d cycles", before, after, cycles)
 	}
 

@@ -89,6 +89,9 @@ func TestMain(m *testing.M) {
 	}
 	cleanArtifacts(ctx)
 	code := m.Run()
+	if d == nil { // a test's restart failed; it said so
+		os.Exit(1)
+	}
 	if list, err := d.c.List(ctx, "", nil); err == nil {
 		for _, s := range list {
 			_ = d.c.Destroy(ctx, s.Name)
@@ -100,8 +103,9 @@ func TestMain(m *testing.M) {
 
 func freePort() string { return testdaemon.FreePort() }
 
-// startDaemon runs berth serve with extra environment (failpoints).
-func startDaemon(env []string) (*daemonProc, error) {
+// startDaemon runs berth serve with extra environment (failpoints) and
+// extra flags.
+func startDaemon(env []string, args ...string) (*daemonProc, error) {
 	listen := freePort()
 	previewListen := freePort()
 	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-it"+itID+"-daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -117,6 +121,7 @@ func startDaemon(env []string) (*daemonProc, error) {
 	if iso := os.Getenv("BERTH_IT_ISOLATION"); iso != "" {
 		cmd.Args = append(cmd.Args, "--default-isolation", iso)
 	}
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -291,7 +291,11 @@ func TestSnapshotFaults(t *testing.T) {
 	if _, _, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "it-snapfault-r", Snapshot: sn.ID}); err == nil {
 		t.Fatal("sandbox started from a tampered snapshot")
 	}
-	_ = d.c.Destroy(ctx, "it-snapfault-r")
+	// A failed restore leaves no partial state.
+	if _, err := d.c.Get(ctx, "it-snapfault-r"); !errors.Is(err, errdefs.ErrNotFound) {
+		_ = d.c.Destroy(ctx, "it-snapfault-r")
+		t.Fatalf("after a refused restore of a tampered snapshot the sandbox is still there (%v)", err)
+	}
 	// Truncated blob: refused too.
 	if err := os.WriteFile(blobPath, orig[:len(orig)/2], 0o600); err != nil {
 		t.Fatal(err)
@@ -299,7 +303,11 @@ func TestSnapshotFaults(t *testing.T) {
 	if _, _, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "it-snapfault-r", Snapshot: sn.ID}); err == nil {
 		t.Fatal("sandbox started from a truncated snapshot")
 	}
-	_ = d.c.Destroy(ctx, "it-snapfault-r")
+	// A failed restore leaves no partial state.
+	if _, err := d.c.Get(ctx, "it-snapfault-r"); !errors.Is(err, errdefs.ErrNotFound) {
+		_ = d.c.Destroy(ctx, "it-snapfault-r")
+		t.Fatalf("after a refused restore of a truncated snapshot the sandbox is still there (%v)", err)
+	}
 	// Control: the intact blob restores.
 	if err := os.WriteFile(blobPath, orig, 0o600); err != nil {
 		t.Fatal(err)
