@@ -83,7 +83,11 @@ func NewCacheWithLimits(dir string, l Limits) (*Cache, error) {
 			os.RemoveAll(filepath.Join(abs, name)) // RemoveAll never follows symlinks
 		case strings.HasSuffix(name, pendingSuffix):
 			slot := strings.TrimSuffix(name, pendingSuffix)
-			if readSum(filepath.Join(abs, name)) == boot && boot != "" {
+			mark, err := os.ReadFile(filepath.Join(abs, name))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // flushed meanwhile (by a Cache still open on dir)
+			}
+			if strings.TrimSpace(string(mark)) == boot && boot != "" {
 				c.settle(slot) // same boot: the data is in the page cache
 				continue
 			}
