@@ -19,6 +19,9 @@ type Options struct {
 	JSON bool // print one JSON object instead of a table
 	// Snapshots adds the snapshot scenario (200 MB / 10k files).
 	Snapshots bool
+	// Burst adds the burst scenario: this many sandboxes created at once,
+	// then measured while they all run idle (0: skip).
+	Burst     int
 	Image     string // default debian-trixie
 	Instance  string // default standard-2 (one full vCPU)
 	Isolation string // runc (default) or gvisor
@@ -40,6 +43,7 @@ type Report struct {
 	Image     string          `json:"image"`
 	Isolation string          `json:"isolation"`
 	Snapshot  *SnapshotReport `json:"snapshot,omitempty"`
+	Burst     *BurstReport    `json:"burst,omitempty"`
 }
 
 // Baselines are the same operations done with plain tools in the same run.
@@ -152,6 +156,13 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 		}
 		rep.Snapshot = sr
 	}
+	if o.Burst > 0 {
+		br, err := burstScenario(ctx, c, o, run, o.Burst, logf)
+		if err != nil {
+			return fmt.Errorf("burst scenario: %w", err)
+		}
+		rep.Burst = br
+	}
 	rep.Baselines = baselines(ctx, o, logf)
 	if rep.Baselines.RuncRun != nil && rep.TTI != nil {
 		rep.Ratios.TTIvsRuncRun = ratio(rep.TTI.P50, rep.Baselines.RuncRun.P50)
@@ -215,6 +226,24 @@ func printTable(out io.Writer, r Report) {
 		fmt.Fprintf(tw, "restore again (layer already on this host)\t%.0f\t\t\t≤ 1000\n", s.RestoreWarm)
 		fmt.Fprintf(tw, "fork 10 (total)\t%.0f\t\t\t≤ 2000\n", s.Fork10)
 		tw.Flush()
+	}
+	if b := r.Burst; b != nil {
+		fmt.Fprintf(out, "\nburst scenario: %d sandboxes created at once, %d ready, last after %.0f ms\n", b.N, b.OK, b.WallMs)
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "figure\tp50\tp95 / max\tn\ttarget")
+		if b.TTI != nil {
+			fmt.Fprintf(tw, "create → node -v, each (ms)\t%.0f\t%.0f\t%d\tp50 ≤ 1000, all succeed\n", b.TTI.P50, b.TTI.P95, b.TTI.N)
+		}
+		if b.AgentRSSKiB != nil {
+			fmt.Fprintf(tw, "agent RSS while idle (MiB)\t%.1f\t%.1f\t%d\t≤ 8\n", float64(b.AgentRSSKiB.P50)/1024, float64(b.AgentRSSKiB.Max)/1024, b.AgentRSSKiB.N)
+		}
+		if b.HostMiBPerSandbox != nil {
+			fmt.Fprintf(tw, "host memory per idle sandbox (MiB, MemAvailable drop / n)\t%.1f\t\t%d\t\n", *b.HostMiBPerSandbox, b.OK)
+		}
+		tw.Flush()
+		for _, e := range b.Errors {
+			fmt.Fprintf(out, "  failed: %s\n", e)
+		}
 	}
 	if r.Baselines.Note != "" {
 		fmt.Fprintf(out, "\n%s\n", r.Baselines.Note)

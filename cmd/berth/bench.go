@@ -32,7 +32,8 @@ a running 'berth serve' and an image (default debian-trixie).
 Examples:
   berth bench
   berth bench --n 100 --json > bench.json
-  berth bench --n 20 --snapshots`,
+  berth bench --n 20 --snapshots
+  berth bench --n 10 --burst 100     # also: 100 sandboxes at once, then their idle footprint`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -51,6 +52,7 @@ Examples:
 	f.IntVar(&o.N, "n", 50, "samples per figure")
 	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
 	f.BoolVar(&o.Snapshots, "snapshots", false, "add the snapshot scenario: snapshot, restore and fork-10 of a 200 MB / 10k-file workspace, beside tar | zstd")
+	f.IntVar(&o.Burst, "burst", 0, "add the burst scenario: create this many sandboxes at once, time each to its first node -v, then measure agent RSS and host memory while all run idle")
 	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
 	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")
 	f.StringVar(&o.Isolation, "isolation", "", "isolation of the measured sandboxes: runc (default) or gvisor")

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+)
+
+// BurstReport is the burst scenario: N sandboxes asked for at once, then
+// held running and idle while their footprint is measured.
+type BurstReport struct {
+	N      int      `json:"n"`
+	OK     int      `json:"ok"`
+	Errors []string `json:"errors,omitempty"` // the first few
+	// TTI is each sandbox's create → `node -v` exits 0, all started at
+	// the same instant.
+	TTI    *Stat   `json:"tti_ms"`
+	WallMs float64 `json:"wall_ms"` // until the last one answered
+	// AgentRSSKiB is the resident memory of each sandbox's agent (its
+	// PID 1), read from inside the sandbox while all N run idle.
+	AgentRSSKiB *KiBStat `json:"agent_rss_kib"`
+	// HostMiBPerSandbox is the drop in the host's MemAvailable while all
+	// N run idle, divided by N (page cache and kernel objects included).
+	HostMiBPerSandbox *float64 `json:"host_mib_per_sandbox,omitempty"`
+}
+
+// KiBStat is a size summary in KiB.
+type KiBStat struct {
+	P50 int64 `json:"p50"`
+	Max int64 `json:"max"`
+	N   int   `json:"n"`
+}
+
+// burstScenario creates n sandboxes at once, measures them, and destroys
+// them (also on failure).
+func burstScenario(ctx context.Context, c *client.Client, o Options, run string, n int, logf func(string, ...any)) (*BurstReport, error) {
+	logf("burst: %d sandboxes at once", n)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-%s-burst-%d", run, i)
+	}
+	defer func() {
+		logf("burst: destroying %d sandboxes", n)
+		forEach(names, 8, func(name string) { _ = c.Destroy(context.WithoutCancel(ctx), name) })
+	}()
+	memBefore := memAvailableKiB()
+	rep := &BurstReport{N: n}
+	var mu sync.Mutex
+	var tti []time.Duration
+	okNames := make([]string, 0, n)
+	t0 := time.Now()
+	forEach(names, n, func(name string) {
+		start := time.Now()
+		_, _, err := c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Isolation: o.Isolation})
+		var res api.ExecResult
+		if err == nil {
+			res, err = c.Exec(ctx, name, api.ExecRequest{Argv: []string{"node", "-v"}})
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("node -v exited %d: %s", res.ExitCode, res.Stderr)
+			}
+		}
+		d := time.Since(start)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if len(rep.Errors) < 5 {
+				rep.Errors = append(rep.Errors, name+": "+err.Error())
+			}
+			return
+		}
+		tti = append(tti, d)
+		okNames = append(okNames, name)
+	})
+	rep.WallMs = round(float64(time.Since(t0).Microseconds()) / 1000)
+	rep.OK = len(okNames)
+	rep.TTI = summarize(tti)
+
+	// Footprint while all of them run idle.
+	logf("burst: measuring %d idle sandboxes", len(okNames))
+	var rss []int64
+	forEach(okNames, 8, func(name string) {
+		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"grep", "VmRSS", "/proc/1/status"}})
+		if err != nil || res.ExitCode != 0 {
+			return
+		}
+		f := strings.Fields(res.Stdout) // VmRSS: 1234 kB
+		if len(f) >= 2 {
+			if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				mu.Lock()
+				rss = append(rss, v)
+				mu.Unlock()
+			}
+		}
+	})
+	if len(rss) > 0 {
+		sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
+		rep.AgentRSSKiB = &KiBStat{P50: rss[(len(rss)-1)/2], Max: rss[len(rss)-1], N: len(rss)}
+	}
+	if memBefore > 0 && rep.OK > 0 {
+		if after := memAvailableKiB(); after > 0 {
+			v := round(float64(memBefore-after) / 1024 / float64(rep.OK))
+			rep.HostMiBPerSandbox = &v
+		}
+	}
+	return rep, nil
+}
+
+// forEach runs fn over items with at most par at a time.
+func forEach(items []string, par int, fn func(string)) {
+	if par < 1 {
+		par = 1
+	}
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for _, it := range items {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(it string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			fn(it)
+		}(it)
+	}
+	wg.Wait()
+}
+
+// memAvailableKiB reads MemAvailable from /proc/meminfo (0 if unknown;
+// bench runs on the daemon's host).
+func memAvailableKiB() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemAvailable:" {
+			v, _ := strconv.ParseInt(fields[1], 10, 64)
+			return v
+		}
+	}
+	return 0
+}
