@@ -99,10 +99,9 @@ type actor struct {
 	exists  bool // rec is persisted
 	deleted bool // the actor was removed from the map; callers must retry
 	agent   *agentclient.Client
-	// entrypoint: this run has a durable.StartOptions.Entrypoint process;
-	// exitCode is its exit code once it ended (until the next start).
+	// entrypoint: this run has a durable.StartOptions.Entrypoint process
+	// (its exit code, once it ended, is rec.ExitCode).
 	entrypoint bool
-	exitCode   *int
 
 	// activity is guarded by actMu, not mu, so exec does not wait for a
 	// slow lifecycle op just to record that it ran.

@@ -42,7 +42,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	rec := &a.rec
 	wasSleeping := rec.State == api.StateSleeping
 	rec.State, rec.Error = api.StateStarting, ""
-	a.exitCode = nil
+	rec.ExitCode = nil
 	if err := m.save(ctx, a); err != nil {
 		return err
 	}

@@ -61,8 +61,8 @@ func (m *Manager) status(ctx context.Context, name string) (durable.Status, erro
 	a.actMu.Lock()
 	st.LastActive, st.Busy = a.lastActive, a.active > 0
 	a.actMu.Unlock()
-	if a.exitCode != nil {
-		code := *a.exitCode
+	if a.rec.ExitCode != nil {
+		code := *a.rec.ExitCode
 		st.ExitCode = &code
 	}
 	if st.OOM {
@@ -86,7 +86,7 @@ func (m *Manager) startEntrypoint(ctx context.Context, name string, argv []strin
 	if err != nil {
 		return err
 	}
-	a.entrypoint, a.exitCode = true, nil
+	a.entrypoint = true
 	run := a.rec.RunID
 	a.mu.Unlock()
 	go m.watchEntrypoint(name, ag, run)
@@ -114,7 +114,7 @@ func (m *Manager) watchEntrypoint(name string, ag *agentclient.Client, run strin
 		}
 		if a.exists && a.rec.RunID == run && a.rec.State == api.StateRunning {
 			code := *p.ExitCode
-			a.exitCode = &code
+			a.rec.ExitCode = &code // saved by the sleep, so a restart keeps it
 			if err := m.sleep(ctx, a, fmt.Sprintf("entrypoint exited with %d", code)); err != nil {
 				m.cfg.Logf("sandbox %s: stop after entrypoint exit: %v", name, err)
 			}

@@ -63,6 +63,10 @@ type Sandbox struct {
 	// SelfSleep: its controller object sleeps it from its own alarm
 	// (durable.StartOptions.SelfSleep); the controller's idle timer skips it.
 	SelfSleep bool `json:",omitempty"`
+	// ExitCode is the exit code of the run's entrypoint process once it
+	// ended (durable.StartOptions.Entrypoint); nil while it runs, when
+	// there is none, and after the next start.
+	ExitCode *int `json:",omitempty"`
 }
 
 // Exposure is one exposed port of a sandbox.

@@ -412,6 +412,13 @@ func TestContainerAPI(t *testing.T) {
 	if err := call("Monitor", nil, &info); err != nil || info.ExitCode != 7 {
 		t.Fatalf("monitor (entrypoint exit 7): %+v %v", info, err)
 	}
+	// The exit code is in the record: a restarted daemon still reports it.
+	pr.stop()
+	pr = startProgram(t, bin, nil, "--agent", filepath.Join(binDir, "berth-agent"))
+	c = pr.c
+	if err := call("Monitor", nil, &info); err != nil || info.ExitCode != 7 {
+		t.Fatalf("monitor after a restart (entrypoint exit 7): %+v %v", info, err)
+	}
 	if err := call("Destroy", nil, nil); err != nil {
 		t.Fatal(err)
 	}
