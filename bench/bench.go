@@ -237,6 +237,9 @@ func printTable(out io.Writer, r Report) {
 		if b.AgentRSSKiB != nil {
 			fmt.Fprintf(tw, "agent RSS while idle (MiB)\t%.1f\t%.1f\t%d\t≤ 8\n", float64(b.AgentRSSKiB.P50)/1024, float64(b.AgentRSSKiB.Max)/1024, b.AgentRSSKiB.N)
 		}
+		if b.AgentPrivateKiB != nil {
+			fmt.Fprintf(tw, "  of it private, RssAnon (MiB; the rest is the shared agent binary)\t%.1f\t%.1f\t%d\t\n", float64(b.AgentPrivateKiB.P50)/1024, float64(b.AgentPrivateKiB.Max)/1024, b.AgentPrivateKiB.N)
+		}
 		if b.HostMiBPerSandbox != nil {
 			fmt.Fprintf(tw, "host memory per idle sandbox (MiB, MemAvailable drop / n)\t%.1f\t\t%d\t\n", *b.HostMiBPerSandbox, b.OK)
 		}

@@ -26,8 +26,11 @@ type BurstReport struct {
 	TTI    *Stat   `json:"tti_ms"`
 	WallMs float64 `json:"wall_ms"` // until the last one answered
 	// AgentRSSKiB is the resident memory of each sandbox's agent (its
-	// PID 1), read from inside the sandbox while all N run idle.
-	AgentRSSKiB *KiBStat `json:"agent_rss_kib"`
+	// PID 1), read from inside the sandbox while all N run idle, and
+	// AgentPrivateKiB the part of it that is its own (RssAnon): the rest
+	// is the agent binary's pages, one copy shared by every sandbox.
+	AgentRSSKiB     *KiBStat `json:"agent_rss_kib"`
+	AgentPrivateKiB *KiBStat `json:"agent_private_kib"`
 	// HostMiBPerSandbox is the drop in the host's MemAvailable while all
 	// N run idle, divided by N (page cache and kernel objects included).
 	HostMiBPerSandbox *float64 `json:"host_mib_per_sandbox,omitempty"`
@@ -86,25 +89,32 @@ func burstScenario(ctx context.Context, c *client.Client, o Options, run string,
 
 	// Footprint while all of them run idle.
 	logf("burst: measuring %d idle sandboxes", len(okNames))
-	var rss []int64
+	var rss, anon []int64
 	forEach(okNames, 8, func(name string) {
-		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"grep", "VmRSS", "/proc/1/status"}})
+		res, err := c.Exec(ctx, name, api.ExecRequest{Argv: []string{"grep", "-E", "^(VmRSS|RssAnon):", "/proc/1/status"}})
 		if err != nil || res.ExitCode != 0 {
 			return
 		}
-		f := strings.Fields(res.Stdout) // VmRSS: 1234 kB
-		if len(f) >= 2 {
-			if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				mu.Lock()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(res.Stdout, "\n") {
+			f := strings.Fields(line) // VmRSS: 1234 kB
+			if len(f) < 2 {
+				continue
+			}
+			v, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				continue
+			}
+			switch f[0] {
+			case "VmRSS:":
 				rss = append(rss, v)
-				mu.Unlock()
+			case "RssAnon:":
+				anon = append(anon, v)
 			}
 		}
 	})
-	if len(rss) > 0 {
-		sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
-		rep.AgentRSSKiB = &KiBStat{P50: rss[(len(rss)-1)/2], Max: rss[len(rss)-1], N: len(rss)}
-	}
+	rep.AgentRSSKiB, rep.AgentPrivateKiB = kibStat(rss), kibStat(anon)
 	if memBefore > 0 && rep.OK > 0 {
 		if after := memAvailableKiB(); after > 0 {
 			v := round(float64(memBefore-after) / 1024 / float64(rep.OK))
@@ -112,6 +122,14 @@ func burstScenario(ctx context.Context, c *client.Client, o Options, run string,
 		}
 	}
 	return rep, nil
+}
+
+func kibStat(v []int64) *KiBStat {
+	if len(v) == 0 {
+		return nil
+	}
+	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+	return &KiBStat{P50: v[(len(v)-1)/2], Max: v[len(v)-1], N: len(v)}
 }
 
 // forEach runs fn over items with at most par at a time.
