@@ -12,17 +12,16 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/berth-sh/berth/blob"
 	"github.com/berth-sh/berth/blob/blobtest"
+	"github.com/berth-sh/berth/blob/s3/s3test"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -31,44 +30,18 @@ import (
 // in the shared bucket (removed at cleanup).
 func testConfig(t *testing.T) Config {
 	t.Helper()
-	ep := requireS3(t)
+	srv := s3test.Require(t)
+	srv.EnsureBucket(t)
 	cfg := Config{
-		Endpoint:  ep,
-		Bucket:    envOr("BERTH_TEST_S3_BUCKET", "berth-test"),
-		AccessKey: os.Getenv("BERTH_TEST_S3_ACCESS_KEY"),
-		SecretKey: os.Getenv("BERTH_TEST_S3_SECRET_KEY"),
+		Endpoint:  srv.Endpoint,
+		Bucket:    srv.Bucket,
+		AccessKey: srv.AccessKey,
+		SecretKey: srv.SecretKey,
 		Prefix:    "t-" + randHex(6) + "/",
 		PartSize:  minPartSize, // small parts: the suite's 24 and 64 MiB blobs go multipart
 	}
-	raw := rawClient(t, cfg)
-	ctx := context.Background()
-	if ok, err := raw.BucketExists(ctx, cfg.Bucket); err != nil {
-		t.Fatalf("S3 server at %s: %v", ep, err)
-	} else if !ok {
-		if err := raw.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{}); err != nil {
-			if code := minio.ToErrorResponse(err).Code; code != "BucketAlreadyOwnedByYou" && code != "BucketAlreadyExists" {
-				t.Fatalf("creating bucket %s: %v", cfg.Bucket, err)
-			}
-		}
-	}
-	t.Cleanup(func() { removePrefix(t, raw, cfg) })
+	t.Cleanup(func() { srv.RemovePrefix(t, cfg.Prefix) })
 	return cfg
-}
-
-func requireS3(t *testing.T) string {
-	t.Helper()
-	ep := os.Getenv("BERTH_TEST_S3_ENDPOINT")
-	if ep == "" {
-		t.Skip("BERTH_TEST_S3_ENDPOINT is not set; start a real S3 server with scripts/s3-server.sh start and export the lines of scripts/s3-server.sh env")
-	}
-	return ep
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func randHex(n int) string {
@@ -81,15 +54,7 @@ func randHex(n int) string {
 // view of what is really in the bucket.
 func rawClient(t *testing.T, cfg Config) *minio.Client {
 	t.Helper()
-	u, err := url.Parse(cfg.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""), Secure: u.Scheme == "https", Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return s3test.Server{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey}.Client(t)
 }
 
 func rawNames(t *testing.T, raw *minio.Client, cfg Config) []string {
@@ -104,21 +69,6 @@ func rawNames(t *testing.T, raw *minio.Client, cfg Config) []string {
 	return out
 }
 
-func removePrefix(t *testing.T, raw *minio.Client, cfg Config) {
-	ctx := context.Background()
-	for obj := range raw.ListObjectsIter(ctx, cfg.Bucket, minio.ListObjectsOptions{Prefix: cfg.Prefix, Recursive: true}) {
-		if obj.Err == nil {
-			raw.RemoveObject(ctx, cfg.Bucket, obj.Key, minio.RemoveObjectOptions{})
-		}
-	}
-	core := minio.Core{Client: raw}
-	for up := range raw.ListIncompleteUploads(ctx, cfg.Bucket, cfg.Prefix, true) {
-		if up.Err == nil {
-			core.AbortMultipartUpload(ctx, cfg.Bucket, up.Key, up.UploadID)
-		}
-	}
-}
-
 func newStore(t *testing.T, cfg Config) *Store {
 	t.Helper()
 	s, err := New(context.Background(), cfg)
@@ -129,7 +79,7 @@ func newStore(t *testing.T, cfg Config) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	requireS3(t)
+	s3test.Require(t)
 	blobtest.Run(t, func(t *testing.T) (blob.Store, blobtest.Tamperer) {
 		cfg := testConfig(t)
 		s := newStore(t, cfg)

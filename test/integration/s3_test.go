@@ -11,16 +11,13 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/blob/s3/s3test"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -101,16 +98,13 @@ func (f *flipReader) Close() error { return f.r.Close() }
 // the sandbox not left frozen), and a blob corrupted in flight is refused
 // on restore with no sandbox left behind; the intact blob then restores.
 func TestSnapshotsOnS3WithFaults(t *testing.T) {
-	endpoint := os.Getenv("BERTH_TEST_S3_ENDPOINT")
-	if endpoint == "" {
-		t.Skip("BERTH_TEST_S3_ENDPOINT is not set (scripts/test.sh starts versitygw and sets it)")
-	}
+	srv := s3test.Require(t)
+	srv.EnsureBucket(t)
 	ctx := context.Background()
-	px := newFaultProxy(t, endpoint)
-	env := []string{"BERTH_S3_ACCESS_KEY=" + os.Getenv("BERTH_TEST_S3_ACCESS_KEY"), "BERTH_S3_SECRET_KEY=" + os.Getenv("BERTH_TEST_S3_SECRET_KEY")}
+	px := newFaultProxy(t, srv.Endpoint)
+	env := []string{"BERTH_S3_ACCESS_KEY=" + srv.AccessKey, "BERTH_S3_SECRET_KEY=" + srv.SecretKey}
 	prefix := fmt.Sprintf("it%s-%d/", itID, time.Now().UnixNano())
-	bucket := os.Getenv("BERTH_TEST_S3_BUCKET")
-	makeBucket(t, endpoint, bucket)
+	t.Cleanup(func() { srv.RemovePrefix(t, prefix) })
 	var snaps []string
 	t.Cleanup(func() {
 		// Snapshots recorded against S3 go before the daemon returns to
@@ -128,7 +122,7 @@ func TestSnapshotsOnS3WithFaults(t *testing.T) {
 	})
 	d.stop()
 	var err error
-	if d, err = startDaemon(env, "--s3-endpoint", px.URL, "--s3-bucket", bucket, "--s3-prefix", prefix); err != nil {
+	if d, err = startDaemon(env, "--s3-endpoint", px.URL, "--s3-bucket", srv.Bucket, "--s3-prefix", prefix); err != nil {
 		t.Fatal(err)
 	}
 
@@ -201,29 +195,5 @@ func TestSnapshotsOnS3WithFaults(t *testing.T) {
 	sandbox(t, api.CreateSandboxRequest{Name: "it-s3-r1", Snapshot: s1.ID})
 	if r := run(t, "it-s3-r1", "cat /home/user/f"); r.Stdout != "one\n" {
 		t.Fatalf("restored from S3: %q", r.Stdout)
-	}
-}
-
-// makeBucket creates the test bucket on the S3 server if it is missing.
-func makeBucket(t *testing.T, endpoint, bucket string) {
-	t.Helper()
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc, err := minio.New(u.Host, &minio.Options{
-		Creds:  credentials.NewStaticV4(os.Getenv("BERTH_TEST_S3_ACCESS_KEY"), os.Getenv("BERTH_TEST_S3_SECRET_KEY"), ""),
-		Secure: u.Scheme == "https",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if ok, err := mc.BucketExists(ctx, bucket); err != nil {
-		t.Fatalf("S3 server at %s: %v", endpoint, err)
-	} else if !ok {
-		if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
-			t.Fatalf("create bucket %s: %v", bucket, err)
-		}
 	}
 }
