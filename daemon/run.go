@@ -299,7 +299,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The E2B-compatible API shares the listener: its routes (/sandboxes,
 	// /v2/…, data-plane requests by E2b-Sandbox-Id) never collide with
 	// the native /v1 API or the console.
-	e2bh := e2b.New(mgr, e2b.Options{APIKey: key, Templates: templates, Logf: logf})
+	e2bh := e2b.New(mgr, e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf})
 	go e2bh.Run(ctx, time.Second)
 	srv := server.NewHTTPServer("", e2bh.Wrap(web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol)}))))
 	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.

@@ -75,7 +75,8 @@ type lifecycleBody struct {
 }
 
 func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
-	if !h.keyOK(r) {
+	r, ok := h.authorize(r)
+	if !ok {
 		writeJSON(w, http.StatusUnauthorized, apiError{Code: 401, Message: "Invalid API key: send the berth API key (<data>/api-key) in X-API-Key"})
 		return
 	}

@@ -5,7 +5,10 @@
 // Handler.Wrap mounts it beside the native API on the same listener:
 //
 //   - the control plane (POST /sandboxes, GET /v2/sandboxes, …), authenticated
-//     by X-API-Key with the daemon's API key, answers errors as {code, message};
+//     by X-API-Key with the daemon's API key or a tenant's key from the
+//     operator policy (whose calls are then scoped to that tenant's
+//     sandboxes and quotas, as on the native API), answers errors as
+//     {code, message};
 //   - the data plane is any request carrying E2b-Sandbox-Id/E2b-Sandbox-Port
 //     headers or a {port}-{id}.{domain} Host: port 49983 is envd (health,
 //     /files, and the process and filesystem Connect services generated from

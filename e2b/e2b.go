@@ -20,6 +20,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/weaken"
+	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/server"
 )
 
@@ -77,7 +78,11 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps any lifetime (default 24 h).
 	MaxTimeout time.Duration
-	Logf       func(format string, args ...any)
+	// Tenants resolves keys other than APIKey to a tenant of the operator
+	// policy (as the native API does); the tenant's calls then see and
+	// touch only its own sandboxes and pass its quotas. nil: only APIKey.
+	Tenants func(key string) (tenant string, ok bool)
+	Logf    func(format string, args ...any)
 }
 
 // Handler serves the E2B API. Create it with New, mount it with Wrap and
@@ -236,18 +241,27 @@ func (h *Handler) tokenOK(id, got string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-func (h *Handler) keyOK(r *http.Request) bool {
-	if !h.hasKey {
-		return false
-	}
+// authorize checks the control-plane key: the daemon's key, or a
+// tenant's (whose name then rides in the request's context).
+func (h *Handler) authorize(r *http.Request) (*http.Request, bool) {
 	key := r.Header.Get("X-API-Key")
 	if key == "" {
 		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 			key = strings.TrimSpace(a[7:])
 		}
 	}
-	got := sha256.Sum256([]byte(key))
-	return subtle.ConstantTimeCompare(got[:], h.keyHash[:]) == 1
+	if h.hasKey {
+		got := sha256.Sum256([]byte(key))
+		if subtle.ConstantTimeCompare(got[:], h.keyHash[:]) == 1 {
+			return r, true
+		}
+	}
+	if h.opts.Tenants != nil && key != "" {
+		if tenant, ok := h.opts.Tenants(key); ok && tenant != "" {
+			return r.WithContext(policy.WithTenant(r.Context(), tenant)), true
+		}
+	}
+	return r, false
 }
 
 // apiError is the E2B error body.

@@ -497,3 +497,43 @@ func TestPollingWatcher(t *testing.T) {
 		t.Fatalf("removed watcher: %v", err)
 	}
 }
+
+// A tenant's API key from the operator policy works as E2B_API_KEY, and
+// its calls carry the tenant (so the controller scopes and admits them);
+// a key that is neither the daemon's nor a tenant's is 401.
+func TestTenantKeys(t *testing.T) {
+	f, _ := newFake(t)
+	const tenantKey = "acme-0123456789abcdef"
+	h := New(f, Options{APIKey: testKey, Tenants: func(key string) (string, bool) {
+		return "acme", key == tenantKey
+	}})
+	srv := httptest.NewServer(h.Wrap(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	e := &env{t: t, h: h, f: f, url: srv.URL}
+	for _, c := range []struct {
+		key, tenant string
+		status      int
+	}{
+		{tenantKey, "acme", http.StatusCreated},
+		{testKey, "", http.StatusCreated},
+		{"acme-0123456789abcdeX", "", http.StatusUnauthorized},
+	} {
+		f.mu.Lock()
+		f.callers = nil
+		f.mu.Unlock()
+		res := e.control(http.MethodPost, "/v2/sandboxes", `{"templateID":"base","timeout":60}`, c.key)
+		res.Body.Close()
+		f.mu.Lock()
+		callers := f.callers
+		f.mu.Unlock()
+		if res.StatusCode != c.status {
+			t.Fatalf("key %q: status %d, want %d", c.key, res.StatusCode, c.status)
+		}
+		if c.status == http.StatusCreated && (len(callers) != 1 || callers[0] != c.tenant) {
+			t.Fatalf("key %q: backend saw tenants %q, want [%q]", c.key, callers, c.tenant)
+		}
+		if c.status != http.StatusCreated && len(callers) != 0 {
+			t.Fatalf("key %q: refused, yet the backend was called", c.key)
+		}
+	}
+}

@@ -12,15 +12,17 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/server"
 )
 
 // fakeBackend keeps sandboxes in memory; every sandbox shares one
 // in-process agent.
 type fakeBackend struct {
-	mu  sync.Mutex
-	sbs map[string]api.Sandbox
-	ag  *agentclient.Client
+	mu      sync.Mutex
+	sbs     map[string]api.Sandbox
+	ag      *agentclient.Client
+	callers []string // policy.TenantFrom of each GetOrCreate
 }
 
 func newFake(t *testing.T) (*fakeBackend, *agenttest.Agent) {
@@ -30,9 +32,10 @@ func newFake(t *testing.T) (*fakeBackend, *agenttest.Agent) {
 	return &fakeBackend{sbs: map[string]api.Sandbox{}, ag: c}, a
 }
 
-func (f *fakeBackend) GetOrCreate(_ context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error) {
+func (f *fakeBackend) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest, createOnly bool) (api.Sandbox, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.callers = append(f.callers, policy.TenantFrom(ctx))
 	if sb, ok := f.sbs[req.Name]; ok {
 		if createOnly {
 			return api.Sandbox{}, false, errdefs.AlreadyExists("exists")
