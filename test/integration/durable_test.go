@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -300,6 +301,37 @@ func TestPolicyOnDaemon(t *testing.T) {
 	refused(tc, api.CreateSandboxRequest{Name: "it-pol-t2", Instance: "lite", Snapshot: sn.ID}, errdefs.ErrNotFound)
 	if _, err := p.c.GetSnapshot(ctx, sn.ID); err != nil {
 		t.Fatalf("operator reads its snapshot: %v", err)
+	}
+
+	// The tenant's key works as E2B_API_KEY, under the tenant's policy: it
+	// lists only its own sandboxes (none) and cannot create one of the
+	// default size (standard-1; it may use lite only). An unknown key is 401.
+	e2b := func(key, method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, p.c.BaseURL()+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", key)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, strings.TrimSpace(string(b))
+	}
+	if st, body := e2b(tenantKey, http.MethodGet, "/v2/sandboxes", ""); st != http.StatusOK || body != "[]" {
+		t.Fatalf("E2B list with the tenant key: %d %s", st, body)
+	}
+	if st, body := e2b("it-unknown-key-0123456789", http.MethodGet, "/v2/sandboxes", ""); st != http.StatusUnauthorized {
+		t.Fatalf("E2B list with an unknown key: %d %s", st, body)
+	}
+	if st, body := e2b(tenantKey, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","timeout":60}`); st != http.StatusForbidden || !strings.Contains(body, "standard-1") {
+		t.Fatalf("E2B create of a standard-1 sandbox with the tenant key: %d %s, want 403 naming the instance", st, body)
+	}
+	if l, err := tc.List(ctx, "", nil); err != nil || len(l) != 0 {
+		t.Fatalf("tenant's sandboxes after the refused E2B create: %+v %v", l, err)
 	}
 }
 
