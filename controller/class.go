@@ -75,6 +75,22 @@ func (m *Manager) wake(ctx context.Context, name string) error {
 	})
 }
 
+// refreshSpec has the sandbox's controller object record what the compute
+// now has, after a change that did not come through the object. Callers
+// must not be inside a call on that object.
+func (m *Manager) refreshSpec(ctx context.Context, name string) {
+	if m.objects == nil {
+		return
+	}
+	err := m.asObject(ctx, name, func(o *sandboxclass.Sandbox) error {
+		_, err := o.Refresh(ctx)
+		return err
+	})
+	if err != nil {
+		m.cfg.Logf("sandbox %s: record its spec: %v", name, err)
+	}
+}
+
 func (m *Manager) asObject(ctx context.Context, name string, fn func(*sandboxclass.Sandbox) error) error {
 	if m.objects == nil {
 		return errdefs.FailedPrecondition("the sandbox controller has no object host (call AttachObjects)")

@@ -174,3 +174,24 @@ func TestClassAdoptsSandboxWithoutSpec(t *testing.T) {
 		t.Fatal("the object's idle alarm did not sleep it")
 	}
 }
+
+// TestPatchesReachTheSpec: a change of network policy or labels made
+// outside the object (PATCH) is in the object's stored spec at once, not
+// only after the next start.
+func TestPatchesReachTheSpec(t *testing.T) {
+	r := newRig(t)
+	if _, _, err := r.m.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "p"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.m.SetNetwork(ctx, "p", api.NetworkPolicy{Internet: true, Deny: []string{"blocked.example.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.m.SetLabels(ctx, "p", map[string]string{"team": "infra"}); err != nil {
+		t.Fatal(err)
+	}
+	var sp sandboxclass.Spec
+	ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "p"}).Get(ctx, sandboxclass.SpecKey, &sp)
+	if !ok || err != nil || sp.Network == nil || len(sp.Network.Deny) != 1 || sp.Network.Deny[0] != "blocked.example.test" || sp.Labels["team"] != "infra" {
+		t.Fatalf("spec after the patches: %+v (network %+v) %v %v", sp, sp.Network, ok, err)
+	}
+}

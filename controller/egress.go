@@ -59,6 +59,14 @@ func (m *Manager) GetNetwork(ctx context.Context, name string) (api.NetworkPolic
 // SetNetwork replaces a sandbox's egress policy. A running sandbox gets it
 // at once, without a restart; connections it still allows stay open.
 func (m *Manager) SetNetwork(ctx context.Context, name string, p api.NetworkPolicy) (api.NetworkPolicy, error) {
+	out, err := m.setNetwork(ctx, name, p)
+	if err == nil {
+		m.refreshSpec(ctx, name)
+	}
+	return out, err
+}
+
+func (m *Manager) setNetwork(ctx context.Context, name string, p api.NetworkPolicy) (api.NetworkPolicy, error) {
 	if err := ValidName(name); err != nil {
 		return api.NetworkPolicy{}, err
 	}

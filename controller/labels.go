@@ -13,6 +13,14 @@ import (
 // the controller (the E2B API) keep their per-sandbox state here, so it is
 // persisted with the record and survives restarts.
 func (m *Manager) SetLabels(ctx context.Context, name string, set map[string]string) (api.Sandbox, error) {
+	sb, err := m.setLabels(ctx, name, set)
+	if err == nil {
+		m.refreshSpec(ctx, name)
+	}
+	return sb, err
+}
+
+func (m *Manager) setLabels(ctx context.Context, name string, set map[string]string) (api.Sandbox, error) {
 	if err := ValidName(name); err != nil {
 		return api.Sandbox{}, err
 	}

@@ -278,6 +278,24 @@ func (s *Sandbox) Get(ctx context.Context) (api.Sandbox, error) {
 	return s.st.Container.Describe(ctx)
 }
 
+// Refresh records the spec as the compute now has it, after a change that
+// did not come through this object (a PATCH of network or labels), so
+// Storage does not lag until the next start.
+func (s *Sandbox) Refresh(ctx context.Context) (api.Sandbox, error) {
+	st, err := s.st.Container.Status(ctx)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if !st.Exists {
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", s.st.Container.Name())
+	}
+	spec, err := s.Spec(ctx)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return st.Sandbox, s.settle(ctx, st, spec)
+}
+
 // Wake starts the sandbox if it sleeps (it never creates one).
 func (s *Sandbox) Wake(ctx context.Context) (api.Sandbox, error) {
 	st, err := s.st.Container.Status(ctx)
