@@ -35,7 +35,7 @@ CREATE INDEX IF NOT EXISTS journal_sandbox ON journal(sandbox, seq);
 `
 
 // Store is a SQLite-backed store.Store.
-type Store struct{ db *sql.DB }
+type Store struct{ db conn }
 
 var _ store.Store = (*Store)(nil)
 
@@ -60,7 +60,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrate state db %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: conn{db}}, nil
 }
 
 func (s *Store) Close() error { return s.db.Close() }
