@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +23,38 @@ var Version = "dev"
 
 // sudoSocket is the --sudo-socket flag.
 var sudoSocket *string
+
+// reservedThreads is how many idle OS threads the agent starts with.
+const reservedThreads = 8
+
+// reserveThreads has the Go runtime start n OS threads now and keep them
+// idle for later. The agent shares the sandbox's pids limit, and a Go
+// program dies when it cannot create a thread it needs: a thread bomb in
+// the sandbox that holds every pid would take the agent with it the next
+// time a blocking call needed a new thread. Idle threads are reused before
+// new ones are made (the runtime never ends an idle thread), so the
+// agent rides out such a bomb unless it needs more than n at once.
+func reserveThreads(n int) {
+	var locked, release sync.WaitGroup
+	locked.Add(n)
+	release.Add(1)
+	var done sync.WaitGroup
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			// While locked, this goroutine holds its thread, so each of
+			// the n needs a thread of its own.
+			runtime.LockOSThread()
+			locked.Done()
+			release.Wait()
+			runtime.UnlockOSThread() // back to the idle pool, not ended
+		}()
+	}
+	locked.Wait()
+	release.Done()
+	done.Wait()
+}
 
 // termGrace is how long processes get to exit after SIGTERM before the
 // agent SIGKILLs what is left and exits.
@@ -56,6 +90,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	reserveThreads(reservedThreads)
 	os.Exit(run(*socket, *defaultUser, !*noFDCheck))
 }
 

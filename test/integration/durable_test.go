@@ -429,14 +429,29 @@ func TestContainerAPI(t *testing.T) {
 	}
 	// With an entrypoint, signals go to it, its end stops the container,
 	// and Monitor reports its exit code (128+n for a signal).
-	if err := call("Start", map[string]any{"image": "debian-trixie", "entrypoint": []string{"sleep", "1000"}}, nil); err != nil {
+	// The signal is sent once the entrypoint has reached its program (a
+	// signal to a process still starting up is a different question).
+	if err := call("Start", map[string]any{"image": "debian-trixie",
+		"entrypoint": []string{"sh", "-c", "echo up > /tmp/entrypoint-hup; exec sleep 1000"}}, nil); err != nil {
 		t.Fatal(err)
 	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		res, err := c.Exec(ctx, name, api.ExecRequest{Command: "cat /tmp/entrypoint-hup"})
+		if err == nil && res.Stdout == "up\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entrypoint did not run: %+v %v", res, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t0 = time.Now()
 	if err := call("Signal", map[string]int{"Signal": 1}, nil); err != nil {
 		t.Fatalf("SIGHUP to the entrypoint: %v", err)
 	}
 	if err := call("Monitor", nil, &info); err != nil || info.ExitCode != 129 || info.Reason != "sleeping" {
-		t.Fatalf("monitor (entrypoint hung up): %+v %v", info, err)
+		t.Fatalf("monitor (entrypoint hung up): %+v %v (%s after the signal)", info, err, time.Since(t0).Round(time.Millisecond))
 	}
 	if err := call("Start", map[string]any{"image": "debian-trixie", "entrypoint": []string{"sh", "-c", "exit 7"}}, nil); err != nil {
 		t.Fatal(err)
