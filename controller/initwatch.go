@@ -53,7 +53,11 @@ func (m *Manager) watchInit(name, id, run string) {
 		return
 	}
 	defer a.mu.Unlock()
-	if !a.exists || a.rec.RunID != run || a.rec.State != api.StateRunning {
+	if !a.exists {
+		m.drop(a) // destroyed meanwhile: lock made an empty actor
+		return
+	}
+	if a.rec.RunID != run || a.rec.State != api.StateRunning {
 		return // stopped on purpose (sleep, destroy) or already restarted
 	}
 	m.cfg.Logf("sandbox %s: its main process (berth's agent) exited; its compute is stopped, files kept, and the next request starts it again", name)

@@ -112,6 +112,9 @@ func (m *Manager) watchEntrypoint(name string, ag *agentclient.Client, run strin
 		if err != nil {
 			return
 		}
+		if !a.exists {
+			m.drop(a) // destroyed meanwhile: lock made an empty actor
+		}
 		if a.exists && a.rec.RunID == run && a.rec.State == api.StateRunning {
 			code := *p.ExitCode
 			a.rec.ExitCode = &code // saved by the sleep, so a restart keeps it
