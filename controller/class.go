@@ -41,6 +41,9 @@ func (m *Manager) Get(ctx context.Context, name string) (sb api.Sandbox, err err
 	if m.objects == nil {
 		return m.describe(ctx, name)
 	}
+	if err := m.mustExist(ctx, name); err != nil {
+		return api.Sandbox{}, err
+	}
 	err = m.asObject(ctx, name, func(o *sandboxclass.Sandbox) error {
 		sb, err = o.Get(ctx)
 		return err
@@ -54,12 +57,26 @@ func (m *Manager) Destroy(ctx context.Context, name string) error {
 	if err := ValidName(name); err != nil {
 		return err
 	}
+	if err := m.mustExist(ctx, name); err != nil {
+		return err
+	}
 	return m.asObject(ctx, name, func(o *sandboxclass.Sandbox) error { return o.Destroy(ctx) })
+}
+
+// mustExist answers not found for a name with no sandbox before any
+// controller object is made for it: a stream of requests for made-up
+// names must not fill the object host with live instances.
+func (m *Manager) mustExist(ctx context.Context, name string) error {
+	_, err := m.describe(ctx, name)
+	return err
 }
 
 // Sleep implements server.Sandboxes.
 func (m *Manager) Sleep(ctx context.Context, name string) error {
 	if err := ValidName(name); err != nil {
+		return err
+	}
+	if err := m.mustExist(ctx, name); err != nil {
 		return err
 	}
 	return m.asObject(ctx, name, func(o *sandboxclass.Sandbox) error { return o.Sleep(ctx) })

@@ -3,12 +3,15 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/controller/sandboxclass"
 	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/store/sqlite"
 )
 
@@ -193,5 +196,27 @@ func TestPatchesReachTheSpec(t *testing.T) {
 	ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "p"}).Get(ctx, sandboxclass.SpecKey, &sp)
 	if !ok || err != nil || sp.Network == nil || len(sp.Network.Deny) != 1 || sp.Network.Deny[0] != "blocked.example.test" || sp.Labels["team"] != "infra" {
 		t.Fatalf("spec after the patches: %+v (network %+v) %v %v", sp, sp.Network, ok, err)
+	}
+}
+
+// TestUnknownNamesMakeNoObjects: get, sleep and destroy of a name with no
+// sandbox are not found without a controller object being made for it.
+func TestUnknownNamesMakeNoObjects(t *testing.T) {
+	r := newRig(t)
+	before := r.h.Live()
+	for i := 0; i < 50; i++ {
+		name := fmt.Sprintf("nobody-%d", i)
+		if _, err := r.m.Get(ctx, name); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("get %s: %v", name, err)
+		}
+		if err := r.m.Sleep(ctx, name); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("sleep %s: %v", name, err)
+		}
+		if err := r.m.Destroy(ctx, name); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("destroy %s: %v", name, err)
+		}
+	}
+	if n := r.h.Live(); n != before {
+		t.Fatalf("live objects went from %d to %d for names with no sandbox", before, n)
 	}
 }
