@@ -8,12 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,47 +106,11 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// flakyProxy is a reverse proxy in front of the real server that answers
-// 503 to the next `fail` requests, as an overloaded S3 does.
-type flakyProxy struct {
-	srv    *httptest.Server
-	fail   atomic.Int32
-	failed atomic.Int32
-	served atomic.Int32
-}
-
-func newFlakyProxy(t *testing.T, endpoint string) *flakyProxy {
-	t.Helper()
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &flakyProxy{}
-	// The Host header is left as the proxy's address, which is what the
-	// client signed, so SigV4 still verifies at the real server.
-	rp := httputil.NewSingleHostReverseProxy(u)
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.fail.Add(-1) >= 0 {
-			p.failed.Add(1)
-			io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected 503</Message></Error>`)
-			return
-		}
-		p.fail.Store(0)
-		p.served.Add(1)
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
 func TestRetriesThrough503(t *testing.T) {
 	cfg := testConfig(t)
-	proxy := newFlakyProxy(t, cfg.Endpoint)
+	proxy := s3test.NewFaultProxy(t, cfg.Endpoint)
 	real := cfg
-	cfg.Endpoint = proxy.srv.URL
+	cfg.Endpoint = proxy.URL
 	s := newStore(t, cfg)
 	ctx := context.Background()
 
@@ -161,13 +120,13 @@ func TestRetriesThrough503(t *testing.T) {
 	}{{"small", 1000}, {"multipart", 2*minPartSize + 123}}
 	for _, c := range cases {
 		data := bytes.Repeat([]byte{'r'}, c.size)
-		proxy.failed.Store(0)
-		proxy.fail.Store(2)
+		proxy.Failed.Store(0)
+		proxy.FailNext.Store(2)
 		info, err := s.Put(ctx, "retry/"+c.name, bytes.NewReader(data), "")
 		if err != nil {
 			t.Fatalf("%s Put through two 503s: %v", c.name, err)
 		}
-		if got := proxy.failed.Load(); got != 2 {
+		if got := proxy.Failed.Load(); got != 2 {
 			t.Fatalf("%s: proxy injected %d failures, want 2 (the probe did not bite)", c.name, got)
 		}
 		// Read back from the real server, not through the proxy.
@@ -187,9 +146,9 @@ func TestRetriesThrough503(t *testing.T) {
 	// and leaves nothing visible.
 	cfg.MaxRetries = 2
 	s2 := newStore(t, cfg)
-	proxy.fail.Store(1000)
+	proxy.FailNext.Store(1000)
 	_, err := s2.Put(ctx, "retry/never", strings.NewReader("x"), "")
-	proxy.fail.Store(0)
+	proxy.FailNext.Store(0)
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Put through endless 503s = %v, want unavailable", err)
 	}
@@ -228,14 +187,14 @@ func TestUnreachable(t *testing.T) {
 // A store whose server goes away later reports Unavailable on every call.
 func TestServerGoesAway(t *testing.T) {
 	cfg := testConfig(t)
-	proxy := newFlakyProxy(t, cfg.Endpoint)
-	cfg.Endpoint, cfg.MaxRetries = proxy.srv.URL, 2
+	proxy := s3test.NewFaultProxy(t, cfg.Endpoint)
+	cfg.Endpoint, cfg.MaxRetries = proxy.URL, 2
 	s := newStore(t, cfg)
 	ctx := context.Background()
 	if _, err := s.Put(ctx, "k", strings.NewReader("x"), ""); err != nil {
 		t.Fatal(err)
 	}
-	proxy.srv.Close()
+	proxy.Close()
 	_, err := s.Put(ctx, "k2", strings.NewReader("x"), "")
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Put = %v, want unavailable", err)
