@@ -85,6 +85,9 @@ type Runtime interface {
 	// Verify checks that the running container has the posture its spec
 	// asked for; an error fails the start (fail closed).
 	Verify(ctx context.Context, id, bundle string) error
+	// InitPid is the host pid of the container's main process, from what
+	// the runtime wrote at create (no process spawn).
+	InitPid(id, bundle string) (int, error)
 }
 
 // Bundle is everything the runtime needs to build a container spec.

@@ -199,6 +199,9 @@ func (f *fakeRuntime) OOMKilled(id string) bool                            { ret
 func (f *fakeRuntime) CleanupCgroups(keep map[string]bool) error           { return nil }
 func (f *fakeRuntime) ReleaseBundle(dir string) error                      { return nil }
 func (f *fakeRuntime) Verify(ctx context.Context, id, bundle string) error { return nil }
+func (f *fakeRuntime) InitPid(id, bundle string) (int, error) {
+	return 0, errdefs.NotFound("no init process in the fake")
+}
 
 func (f *fakeRuntime) WriteBundle(dir string, b Bundle) error {
 	return os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o600)

@@ -17,18 +17,16 @@ import (
 // request starts it again instead of failing against a dead socket.
 //
 // It waits on a pidfd through the runtime poller (no thread per sandbox)
-// and gives up quietly where pidfds are missing (the runtime's state has
-// no pid, or the kernel is too old): those sandboxes keep the old
+// and gives up quietly where pidfds are missing (the runtime wrote no pid
+// file, or the kernel is too old): those sandboxes keep the old
 // behaviour, recovered at the next daemon restart.
-func (m *Manager) watchInit(name, id, run string) {
+func (m *Manager) watchInit(name, id, bundle, run string) {
 	ctx := context.Background()
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	st, err := m.cfg.Runtime.State(sctx, id)
-	cancel()
-	if err != nil || st.Pid <= 0 || st.Status != "running" {
+	pid, err := m.cfg.Runtime.InitPid(id, bundle)
+	if err != nil {
 		return
 	}
-	fd, err := unix.PidfdOpen(st.Pid, unix.PIDFD_NONBLOCK)
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return
 	}

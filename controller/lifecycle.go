@@ -195,7 +195,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 		op = "wake"
 	}
 	m.journal(ctx, a.name, op, fmt.Sprintf("%s in %s", rec.ID, time.Since(t0).Round(time.Millisecond)))
-	go m.watchInit(a.name, rec.ID, rec.RunID)
+	go m.watchInit(a.name, rec.ID, bundle, rec.RunID)
 	return nil
 }
 

@@ -171,7 +171,7 @@ func (m *Manager) adopt(ctx context.Context, a *actor, c Container) bool {
 					_ = m.save(ctx, a)
 				}
 				m.journal(ctx, a.name, "adopt", rec.ID)
-				go m.watchInit(a.name, rec.ID, rec.RunID)
+				go m.watchInit(a.name, rec.ID, filepath.Join(m.sandboxDir(rec.ID), "bundle"), rec.RunID)
 				return true
 			}
 			ag.Close()

@@ -168,17 +168,25 @@ func (a rtAdapter) Verify(ctx context.Context, id, bundle string) error {
 	if a.pick(id) == a.gvisor {
 		return nil // the sandbox's posture is the sentry's; the host sees only runsc
 	}
-	// The pid file runc wrote at create, not `runc state`: one process
-	// spawn less on every start.
-	b, err := os.ReadFile(filepath.Join(bundle, runtime.PidFile))
+	pid, err := a.InitPid(id, bundle)
 	if err != nil {
 		return fmt.Errorf("verify posture: %w", err)
 	}
+	return runtime.VerifyPosture(pid, bundle)
+}
+
+// InitPid reads the pid file the runtime wrote at create, not `runc
+// state`: one process spawn less on every start.
+func (a rtAdapter) InitPid(id, bundle string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, runtime.PidFile))
+	if err != nil {
+		return 0, err
+	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 1 {
-		return fmt.Errorf("verify posture: bad pid file %q", b)
+		return 0, fmt.Errorf("bad pid file %q", b)
 	}
-	return runtime.VerifyPosture(pid, bundle)
+	return pid, nil
 }
 
 func (a rtAdapter) OOMKilled(id string) bool {
