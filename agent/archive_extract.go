@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -85,17 +87,6 @@ func (p plainFS) Lchtimes(n string, t time.Time) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, p.j(n), []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// ArchiveResult is the answer to PUT /v1/archive.
-type ArchiveResult struct {
-	// Files counts restored non-directory entries (regular files,
-	// symlinks, hard links).
-	Files int64 `json:"files"`
-	// Dirs counts restored directories, DIR itself included.
-	Dirs int64 `json:"dirs"`
-	// Bytes is the total size of restored regular file contents.
-	Bytes int64 `json:"bytes"`
-}
-
 type dirMeta struct {
 	name     string
 	mode     fs.FileMode
@@ -111,7 +102,7 @@ type extractor struct {
 	owner     account
 	dirs      map[string]int // directories this extraction made → index in metas
 	metas     []dirMeta
-	res       ArchiveResult
+	res       wire.ArchiveResult
 	checkName bool
 }
 
@@ -147,7 +138,7 @@ func (e *extractor) cleanName(name string) (string, error) {
 		return "", hostile(name, "empty name")
 	case strings.IndexByte(name, 0) >= 0:
 		return "", hostile(name, "NUL in name")
-	case len(name) > maxPath:
+	case len(name) > fspath.MaxPath:
 		return "", hostile(name, "name longer than PATH_MAX")
 	case strings.HasPrefix(name, "/"):
 		return "", hostile(name, "absolute name")

@@ -8,18 +8,20 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
-
-// ArchiveContentType is the content type of GET /v1/archive: an
-// uncompressed POSIX (PAX) tar.
-const ArchiveContentType = "application/x-tar"
 
 // maxArchiveDepth bounds how deep the archive walk descends. The walk keeps
 // one open descriptor per level (so that a directory swapped for a symlink
@@ -44,19 +46,19 @@ const archiveFlushEvery = time.Second
 func (s *Server) handleReadArchive(w http.ResponseWriter, r *http.Request) {
 	dir, err := s.pathParam(r, "path")
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	q := r.URL.Query()
 	for _, p := range q["exclude"] {
 		if err := checkPattern(p); err != nil {
-			writeError(w, err)
+			httpio.WriteError(w, err)
 			return
 		}
 	}
 	excl, err := parseExcludes(q["exclude"])
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	gi := q.Get("gitignore")
@@ -70,7 +72,7 @@ func (s *Server) handleReadArchive(w http.ResponseWriter, r *http.Request) {
 				err = errdefs.InvalidArgument("archive %s: not a directory", dir)
 			}
 		}
-		writeError(w, fsError("archive", dir, err))
+		httpio.WriteError(w, fspath.Error("archive", dir, err))
 		return
 	}
 	a := &archiver{
@@ -81,9 +83,12 @@ func (s *Server) handleReadArchive(w http.ResponseWriter, r *http.Request) {
 		rw:        w,
 		lastFlush: time.Now(),
 	}
+	if a.gitignore {
+		a.prefix, a.parents = workTreeIgnores(fd)
+	}
 	a.bw = bufio.NewWriterSize(w, 256<<10)
 	a.tw = tar.NewWriter(a.bw)
-	w.Header().Set("Content-Type", ArchiveContentType)
+	w.Header().Set("Content-Type", wire.ArchiveContentType)
 	w.WriteHeader(http.StatusOK)
 	err = a.walk(fd)
 	if err == nil {
@@ -113,6 +118,12 @@ type archiver struct {
 	ctx       context.Context
 	excludes  ignoreSet
 	gitignore bool
+	// prefix is DIR relative to its git work tree's root ("" when DIR is
+	// the root or in no work tree); gitignore paths and set bases are
+	// relative to that root. parents are the root's .git/info/exclude and
+	// the .gitignore files from the root down to DIR's parent.
+	prefix    string
+	parents   []ignoreSet
 	links     map[devIno]string // first archived name of each multiply-linked file
 	tw        *tar.Writer
 	bw        *bufio.Writer
@@ -131,7 +142,92 @@ func (a *archiver) walk(fd int) error {
 		unix.Close(fd)
 		return err
 	}
-	return a.walkDir(fd, "", nil, 0)
+	if a.prefix != "" {
+		// As in git, nothing below an ignored directory is included: if
+		// DIR or a directory between it and the root is ignored, so is
+		// all that DIR holds.
+		segs := strings.Split(a.prefix, "/")
+		for i := range segs {
+			if ignored(a.parents, strings.Join(segs[:i+1], "/"), true) {
+				unix.Close(fd)
+				return nil
+			}
+		}
+	}
+	return a.walkDir(fd, "", a.parents, 0)
+}
+
+// inTree is rel (relative to DIR) relative to the work tree's root.
+func (a *archiver) inTree(rel string) string {
+	switch {
+	case a.prefix == "":
+		return rel
+	case rel == "":
+		return a.prefix
+	}
+	return a.prefix + "/" + rel
+}
+
+// maxWorkTreeAscent bounds how many parent directories are searched for
+// the .git that marks a work tree's root.
+const maxWorkTreeAscent = 64
+
+// workTreeIgnores finds the git work tree that the directory open at fd
+// lies in (the nearest ancestor holding .git, a directory or a worktree's
+// file) and returns the directory's path relative to the root with the
+// ignore sets that apply from above it, lowest precedence first: the
+// root's .git/info/exclude, then each .gitignore from the root down to
+// the directory's parent (the directory's own is read by the walk). A
+// directory in no work tree gets none.
+func workTreeIgnores(fd int) (prefix string, sets []ignoreSet) {
+	dir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || !filepath.IsAbs(dir) {
+		return "", nil
+	}
+	root := ""
+	p := dir
+	for i := 0; i < maxWorkTreeAscent; i++ {
+		if _, err := os.Lstat(filepath.Join(p, ".git")); err == nil {
+			root = p
+			break
+		}
+		if p == "/" {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	if root == "" {
+		return "", nil
+	}
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return "", nil
+	}
+	if data, ok := readFileNoFollow(filepath.Join(root, ".git", "info"), "exclude"); ok {
+		sets = append(sets, parseIgnoreFile("", data))
+	}
+	if rel == "." {
+		return "", sets
+	}
+	segs := strings.Split(rel, "/")
+	for i := range segs { // the root, then each directory above DIR
+		base := strings.Join(segs[:i], "/")
+		if data, ok := readFileNoFollow(filepath.Join(root, base), ".gitignore"); ok {
+			sets = append(sets, parseIgnoreFile(base, data))
+		}
+	}
+	return rel, sets
+}
+
+// readFileNoFollow reads dir/name if it is a regular file, up to
+// maxGitignore bytes, following no symlink in name.
+func readFileNoFollow(dir, name string) ([]byte, bool) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(dfd)
+	return readIgnoreFile(dfd, name)
 }
 
 // walkDir archives the children of the directory open at fd, named rel
@@ -147,7 +243,7 @@ func (a *archiver) walkDir(fd int, rel string, sets []ignoreSet, depth int) erro
 	}
 	if a.gitignore {
 		if data, ok := readGitignore(fd); ok {
-			sets = append(sets[:len(sets):len(sets)], parseIgnoreFile(rel, data))
+			sets = append(sets[:len(sets):len(sets)], parseIgnoreFile(a.inTree(rel), data))
 		}
 	}
 	names, err := d.Readdirnames(-1)
@@ -171,7 +267,7 @@ func (a *archiver) walkDir(fd int, rel string, sets []ignoreSet, depth int) erro
 			return &os.PathError{Op: "lstat", Path: child, Err: err}
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-		if ignored([]ignoreSet{a.excludes}, child, isDir) || (a.gitignore && ignored(sets, child, isDir)) {
+		if ignored([]ignoreSet{a.excludes}, child, isDir) || (a.gitignore && ignored(sets, a.inTree(child), isDir)) {
 			continue
 		}
 		switch st.Mode & unix.S_IFMT {
@@ -321,12 +417,14 @@ func readlinkat(dirfd int, name string) (string, error) {
 
 // readGitignore reads dir's .gitignore, if it is a regular file (a
 // symlinked .gitignore is not followed).
-func readGitignore(dirfd int) ([]byte, bool) {
-	fd, err := unix.Openat(dirfd, ".gitignore", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+func readGitignore(dirfd int) ([]byte, bool) { return readIgnoreFile(dirfd, ".gitignore") }
+
+func readIgnoreFile(dirfd int, name string) ([]byte, bool) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, false
 	}
-	f := os.NewFile(uintptr(fd), ".gitignore")
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, false

@@ -462,3 +462,54 @@ func TestArchiveCutStreamIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiveGitignoreFromWorkTreeRoot (issue 12 item 11): backing up a
+// subdirectory of a git work tree applies the .gitignore files above it
+// up to the root (the directory holding .git) and .git/info/exclude, as
+// git does: patterns relative to their own directory, deeper files
+// first, negation; and nothing inside an ignored directory.
+func TestArchiveGitignoreFromWorkTreeRoot(t *testing.T) {
+	a, c := newClient(t)
+	repo := filepath.Join(a.Dir, "repo")
+	for _, f := range []string{
+		"sub/a.go", "sub/a.log", "sub/keep.log", "sub/build/out.bin", "sub/x/build/o", "sub/top.txt",
+		"sub/secret.txt", "sub/deep/d.log", "sub/deep/d.go", "top.txt", "mid/m.txt", ".git/HEAD",
+	} {
+		mustWrite(t, filepath.Join(repo, f), f, 0o644)
+	}
+	mustWrite(t, filepath.Join(repo, ".gitignore"), "*.log\nsub/build/\n/top.txt\n", 0o644)
+	mustWrite(t, filepath.Join(repo, ".git/info/exclude"), "secret*\n", 0o644)
+	mustWrite(t, filepath.Join(repo, "sub/.gitignore"), "!keep.log\n", 0o644)
+	mustWrite(t, filepath.Join(repo, "sub/deep/.gitignore"), "!*.log\n", 0o644)
+	names := func(dir string) []string {
+		var got []string
+		for _, h := range tarHeaders(t, readArchive(t, c, dir, agentclient.ArchiveOptions{Gitignore: true})) {
+			if n := strings.TrimSuffix(h.Name, "/"); n != "." {
+				got = append(got, n)
+			}
+		}
+		sort.Strings(got)
+		return got
+	}
+	want := []string{".gitignore", "a.go", "deep", "deep/.gitignore", "deep/d.go", "deep/d.log", "keep.log",
+		"top.txt", "x", "x/build", "x/build/o"}
+	if got := names(filepath.Join(repo, "sub")); !reflect.DeepEqual(got, want) {
+		t.Fatalf("backup of sub/\n got  %q\n want %q", got, want)
+	}
+	// The same rules from deeper down.
+	if got := names(filepath.Join(repo, "sub/deep")); !reflect.DeepEqual(got, []string{".gitignore", "d.go", "d.log"}) {
+		t.Fatalf("backup of sub/deep: %q", got)
+	}
+	// An ignored directory holds nothing git would keep.
+	if got := names(filepath.Join(repo, "sub/build")); len(got) != 0 {
+		t.Fatalf("backup of the ignored sub/build: %q", got)
+	}
+	// The root itself: its info/exclude applies too.
+	if got := names(repo); strings.Contains(strings.Join(got, " "), "secret") || !strings.Contains(strings.Join(got, " "), "sub/keep.log") {
+		t.Fatalf("backup of the root: %q", got)
+	}
+	// Without gitignore everything is there.
+	if n := len(tarHeaders(t, readArchive(t, c, filepath.Join(repo, "sub"), agentclient.ArchiveOptions{}))); n != 16 {
+		t.Fatalf("plain backup of sub/ has %d entries, want 16", n)
+	}
+}

@@ -17,12 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
-
-// StagingPrefix starts the name of the directory a restore unpacks into,
-// beside its target. One left behind by a crashed agent can be removed.
-const StagingPrefix = ".berth-restore-"
 
 // maxDrainAfterError bounds how much of a refused upload the agent still
 // reads so that the host gets the error answer instead of a reset
@@ -41,49 +40,49 @@ func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
 	res, err := s.restore(r)
 	if err != nil {
 		io.Copy(io.Discard, io.LimitReader(r.Body, maxDrainAfterError))
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpio.WriteJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) restore(r *http.Request) (ArchiveResult, error) {
+func (s *Server) restore(r *http.Request) (wire.ArchiveResult, error) {
 	dir, err := s.pathParam(r, "path")
 	if err != nil {
-		return ArchiveResult{}, err
+		return wire.ArchiveResult{}, err
 	}
 	q := r.URL.Query()
 	acct, err := s.resolveUser(q.Get("user"))
 	if err != nil {
-		return ArchiveResult{}, err
+		return wire.ArchiveResult{}, err
 	}
 	po := q.Get("preserveOwner")
 	preserve := po == "1" || po == "true"
 	if dir == "/" {
-		return ArchiveResult{}, errdefs.InvalidArgument("restore: refusing to replace /")
+		return wire.ArchiveResult{}, errdefs.InvalidArgument("restore: refusing to replace /")
 	}
 	// A DIR that is a symlink is resolved (inside the sandbox) so the
 	// directory it names is replaced, not the link.
 	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		real, err := filepath.EvalSymlinks(dir)
 		if err != nil {
-			return ArchiveResult{}, fsError("restore", dir, err)
+			return wire.ArchiveResult{}, fspath.Error("restore", dir, err)
 		}
 		dir = real
 	}
 	exists := false
 	if fi, err := os.Lstat(dir); err == nil {
 		if !fi.IsDir() {
-			return ArchiveResult{}, errdefs.InvalidArgument("restore %s: exists and is not a directory", dir)
+			return wire.ArchiveResult{}, errdefs.InvalidArgument("restore %s: exists and is not a directory", dir)
 		}
 		exists = true
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return ArchiveResult{}, fsError("restore", dir, err)
+		return wire.ArchiveResult{}, fspath.Error("restore", dir, err)
 	}
 	parent := filepath.Dir(dir)
 	made, err := mkdirParents(parent, acct)
 	if err != nil {
-		return ArchiveResult{}, fsError("restore", parent, err)
+		return wire.ArchiveResult{}, fspath.Error("restore", parent, err)
 	}
 	committed := false
 	defer func() {
@@ -95,9 +94,9 @@ func (s *Server) restore(r *http.Request) (ArchiveResult, error) {
 	}()
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	staging := filepath.Join(parent, StagingPrefix+hex.EncodeToString(rnd[:]))
+	staging := filepath.Join(parent, fspath.StagingPrefix+hex.EncodeToString(rnd[:]))
 	if err := os.Mkdir(staging, 0o700); err != nil {
-		return ArchiveResult{}, fsError("restore", dir, err)
+		return wire.ArchiveResult{}, fspath.Error("restore", dir, err)
 	}
 	defer func() {
 		if !committed {
@@ -106,14 +105,14 @@ func (s *Server) restore(r *http.Request) (ArchiveResult, error) {
 	}()
 	res, err := extractInto(r, staging, acct, preserve)
 	if err != nil {
-		return ArchiveResult{}, err
+		return wire.ArchiveResult{}, err
 	}
 	// The body must also end cleanly after the tar's end marker: the host
 	// checks the backup blob's digest as it streams and fails the body at
 	// its very end when the bytes were tampered with. Committing before
 	// that would swap in a tampered tree.
 	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxDrainAfterError)); err != nil {
-		return ArchiveResult{}, errdefs.InvalidArgument("restore %s: the upload failed after the archive: %v", dir, err)
+		return wire.ArchiveResult{}, errdefs.InvalidArgument("restore %s: the upload failed after the archive: %w", dir, err)
 	}
 	// Make the new tree durable before it replaces the old one, so a
 	// crash after the swap cannot leave empty files under DIR.
@@ -123,7 +122,7 @@ func (s *Server) restore(r *http.Request) (ArchiveResult, error) {
 	}
 	old, err := swapInto(staging, dir, exists)
 	if err != nil {
-		return ArchiveResult{}, fsError("restore", dir, err)
+		return wire.ArchiveResult{}, fspath.Error("restore", dir, err)
 	}
 	committed = true
 	syncDir(parent)
@@ -136,14 +135,14 @@ func (s *Server) restore(r *http.Request) (ArchiveResult, error) {
 }
 
 // extractInto unpacks the request body into staging.
-func extractInto(r *http.Request, staging string, acct account, preserve bool) (ArchiveResult, error) {
+func extractInto(r *http.Request, staging string, acct account, preserve bool) (wire.ArchiveResult, error) {
 	var efs extractFS
 	if extractNoRoot {
 		efs = plainFS{base: staging}
 	} else {
 		root, err := os.OpenRoot(staging)
 		if err != nil {
-			return ArchiveResult{}, fsError("restore", staging, err)
+			return wire.ArchiveResult{}, fspath.Error("restore", staging, err)
 		}
 		defer root.Close()
 		efs = rootFS{root}
@@ -155,7 +154,7 @@ func extractInto(r *http.Request, staging string, acct account, preserve bool) (
 		h, err := tr.Next()
 		if err == io.EOF {
 			if body.emptyEOF {
-				return ArchiveResult{}, errdefs.InvalidArgument("restore: archive is truncated (it ends without the end-of-archive marker)")
+				return wire.ArchiveResult{}, errdefs.InvalidArgument("restore: archive is truncated (it ends without the end-of-archive marker)")
 			}
 			break
 		}
@@ -163,11 +162,11 @@ func extractInto(r *http.Request, staging string, acct account, preserve bool) (
 			err = ex.entry(r.Context(), h, tr)
 		}
 		if err != nil {
-			return ArchiveResult{}, archiveError(err, body, h)
+			return wire.ArchiveResult{}, archiveError(err, body, h)
 		}
 	}
 	if err := ex.finish(); err != nil {
-		return ArchiveResult{}, fsError("restore", ".", err)
+		return wire.ArchiveResult{}, fspath.Error("restore", ".", err)
 	}
 	return ex.res, nil
 }
@@ -175,7 +174,7 @@ func extractInto(r *http.Request, staging string, acct account, preserve bool) (
 // archiveError explains why a restore stopped.
 func archiveError(err error, body *markerReader, h *tar.Header) error {
 	if body.err != nil {
-		return errdefs.Unavailable("restore: upload interrupted: %v", body.err)
+		return errdefs.Unavailable("restore: upload interrupted: %w", body.err)
 	}
 	if errdefs.Code(err) != "internal" {
 		return err
@@ -184,10 +183,10 @@ func archiveError(err error, body *markerReader, h *tar.Header) error {
 		return errdefs.InvalidArgument("restore: archive is truncated")
 	}
 	if errors.Is(err, tar.ErrHeader) || errors.Is(err, tar.ErrFieldTooLong) {
-		return errdefs.InvalidArgument("restore: archive is corrupt: %v", err)
+		return errdefs.InvalidArgument("restore: archive is corrupt: %w", err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return errdefs.Unavailable("restore: the host went away: %v", err)
+		return errdefs.Unavailable("restore: the host went away: %w", err)
 	}
 	name := "archive"
 	if h != nil {
@@ -195,17 +194,34 @@ func archiveError(err error, body *markerReader, h *tar.Header) error {
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return fsError("restore", name, err)
+		return fspath.Error("restore", name, err)
 	}
 	// os.Root refuses a name that resolves outside the staging root
-	// (through "..", an absolute link or a planted symlink) with this
-	// error, which has no exported value to test against.
+	// (through "..", an absolute link or a planted symlink) with
+	// errPathEscapes.
 	var pe *os.PathError
-	if errors.As(err, &pe) && pe.Err.Error() == "path escapes from parent" {
+	if errors.As(err, &pe) && pe.Err == errPathEscapes() {
 		return hostile(name, "it resolves outside the restored tree")
 	}
 	return fmt.Errorf("restore %s: %w", name, err)
 }
+
+// errPathEscapes is os.Root's error for a name that resolves outside the
+// root. The os package does not export it, so it is taken once from os.Root
+// itself (a lexical "..", which opens nothing) and compared by identity, not
+// by its text.
+var errPathEscapes = sync.OnceValue(func() error {
+	r, err := os.OpenRoot("/")
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	var pe *os.PathError
+	if _, err := r.Lstat("../x"); errors.As(err, &pe) {
+		return pe.Err
+	}
+	return nil
+})
 
 // swapInto moves staging to dir. When dir exists the two are exchanged
 // atomically (renameat2 RENAME_EXCHANGE), so DIR always names a complete

@@ -13,26 +13,16 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/internal/child"
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
-// ExecContentType is the media type of a streamed exec response body.
-const ExecContentType = "application/vnd.berth.agent-frames"
-
 const (
-	// drainDelay is how long output is still forwarded after the command
-	// exits, for background processes that keep its stdout open. After it
-	// the exec ends and they keep running, writing into a closed pipe.
-	drainDelay = 250 * time.Millisecond
-	// writeTimeout bounds one frame write to a host that stopped reading.
-	writeTimeout = 60 * time.Second
-	maxTimeoutMs = 30 * 24 * 3600 * 1000
-	readChunk    = 32 << 10 // ≤ frame.MaxOutput
-	defaultPath  = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
 // execPlan is a validated exec request.
@@ -60,8 +50,8 @@ func (s *Server) prepareExec(req *api.ExecRequest) (*execPlan, error) {
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return nil, errdefs.InvalidArgument("command contains a NUL byte")
 	}
-	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
-		return nil, errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", req.TimeoutMs, int64(maxTimeoutMs))
+	if req.TimeoutMs < 0 || req.TimeoutMs > child.MaxTimeoutMs {
+		return nil, errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", req.TimeoutMs, int64(child.MaxTimeoutMs))
 	}
 	acct, err := s.resolveUser(req.User)
 	if err != nil {
@@ -83,11 +73,11 @@ func (s *Server) prepareExec(req *api.ExecRequest) (*execPlan, error) {
 	}
 	env["HOME"], env["USER"], env["LOGNAME"] = acct.home, acct.name, acct.name
 	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+		if k == "" || strings.ContainsAny(k, "=\x00") || (v != api.EnvUnset && strings.IndexByte(v, 0) >= 0) {
 			return nil, errdefs.InvalidArgument("invalid environment variable %q", k)
 		}
-		env[k] = v
 	}
+	req.Env.ApplyTo(env) // null (api.EnvUnset) removes the variable
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
@@ -103,7 +93,7 @@ func (s *Server) prepareExec(req *api.ExecRequest) (*execPlan, error) {
 			p.dir = "/" // e.g. nobody's /nonexistent
 		}
 	} else {
-		if p.dir, err = resolvePath(req.Cwd, acct.home); err != nil {
+		if p.dir, err = fspath.Resolve(req.Cwd, acct.home); err != nil {
 			return nil, err
 		}
 		if fi, err := os.Stat(p.dir); err != nil || !fi.IsDir() {
@@ -154,58 +144,44 @@ func startError(p *execPlan, err error) error {
 	case syscall.E2BIG:
 		return errdefs.InvalidArgument("argument list too long")
 	}
-	return errdefs.Internal("start %s: %v", p.argv0, err)
+	return errdefs.Internal("start %s: %w", p.argv0, err)
 }
 
 type chunk struct {
-	t frame.Type
+	t wire.FrameType
 	p []byte
 }
 
-// pump forwards f's output as chunks until EOF, a read deadline, or quit.
-func pump(f *os.File, t frame.Type, out chan<- chunk, quit <-chan struct{}, wg *sync.WaitGroup) {
+// pump forwards f's output as chunks until EOF, the read deadline set at
+// exit (after taking what the pipe still holds: see child.ReadPipe), or quit.
+func pump(f *os.File, t wire.FrameType, out chan<- chunk, quit <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	buf := make([]byte, readChunk)
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			p := make([]byte, n)
-			copy(p, buf[:n])
-			select {
-			case out <- chunk{t, p}:
-			case <-quit:
-				return
-			}
+	child.ReadPipe(f, func(p []byte) bool {
+		select {
+		case out <- chunk{t, p}:
+			return true
+		case <-quit:
+			return false
 		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func exitStatus(ws syscall.WaitStatus) api.ExitStatus {
-	if ws.Signaled() {
-		return api.ExitStatus{ExitCode: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
-	}
-	return api.ExitStatus{ExitCode: ws.ExitStatus()}
+	})
 }
 
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	var req api.ExecRequest
-	if err := decodeJSON(w, r, maxExecBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpio.DecodeJSON(w, r, maxExecBody, &req); err != nil {
+		httpio.WriteError(w, err)
 		return
 	}
 	plan, err := s.prepareExec(&req)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		cred = &syscall.Credential{Uid: plan.acct.uid, Gid: plan.acct.gid, Groups: plan.acct.groups}
 	} else if plan.acct.uid != uint32(os.Geteuid()) {
-		writeError(w, errdefs.PermissionDenied("the agent is not root and cannot run commands as %s", plan.acct.name))
+		httpio.WriteError(w, errdefs.PermissionDenied("the agent is not root and cannot run commands as %s", plan.acct.name))
 		return
 	}
 
@@ -217,7 +193,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 					f.Close()
 				}
 			}
-			writeError(w, errdefs.ResourceExhausted("create pipe: %v", err))
+			httpio.WriteError(w, errdefs.ResourceExhausted("create pipe: %w", err))
 			return
 		}
 	}
@@ -240,7 +216,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	stdoutW.Close()
 	stderrW.Close()
 	if err != nil {
-		writeError(w, startError(plan, err))
+		httpio.WriteError(w, startError(plan, err))
 		return
 	}
 
@@ -258,7 +234,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		if timeout {
 			timedOut.Store(true)
 		}
-		killTree(pid)
+		child.KillTree(pid)
 	}
 	kill := func() { killIfRunning(false) }
 	if plan.timeout > 0 {
@@ -279,18 +255,18 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	defer close(quit)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go pump(stdoutR, frame.Stdout, out, quit, &wg)
-	go pump(stderrR, frame.Stderr, out, quit, &wg)
+	go pump(stdoutR, wire.Stdout, out, quit, &wg)
+	go pump(stderrR, wire.Stderr, out, quit, &wg)
 	go func() { wg.Wait(); close(out) }()
 
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", ExecContentType)
+	w.Header().Set("Content-Type", wire.ExecContentType)
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 
-	send := func(t frame.Type, p []byte, flush bool) bool {
-		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if err := frame.Write(w, t, p); err != nil {
+	send := func(t wire.FrameType, p []byte, flush bool) bool {
+		rc.SetWriteDeadline(time.Now().Add(httpio.WriteTimeout))
+		if err := wire.WriteFrame(w, t, p); err != nil {
 			return false
 		}
 		if flush {
@@ -301,7 +277,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	heartbeatEvery := s.cfg.HeartbeatInterval
 	hb := time.NewTimer(heartbeatEvery)
 	defer hb.Stop()
-	var status *Exit
+	var status *child.Exit
 	var exitedAt time.Time
 	waitCh := exitCh
 	outCh := (<-chan chunk)(out)
@@ -322,12 +298,12 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			reaped = true
 			killMu.Unlock()
 			status, waitCh, exitedAt = &e, nil, time.Now()
-			d := time.Now().Add(drainDelay)
+			d := time.Now().Add(child.DrainDelay)
 			stdoutR.SetReadDeadline(d)
 			stderrR.SetReadDeadline(d)
 			stdinW.Close()
 		case <-hb.C:
-			if !send(frame.Heartbeat, nil, true) {
+			if !send(wire.Heartbeat, nil, true) {
 				kill()
 				return
 			}
@@ -338,12 +314,12 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	if status.Lost {
 		body, _ := json.Marshal(api.ErrorBody(errdefs.Internal("the exit status of %s was lost", plan.argv0)))
-		send(frame.Error, body, true)
+		send(wire.Error, body, true)
 		return
 	}
-	es := exitStatus(status.Status)
+	es := child.ExitStatus(status.Status)
 	es.TimedOut = timedOut.Load()
 	es.DurationMs = exitedAt.Sub(start).Milliseconds()
 	body, _ := json.Marshal(es)
-	send(frame.Exit, body, true)
+	send(wire.Exit, body, true)
 }

@@ -201,9 +201,8 @@ func TestFilesListStatMkdirRenameRemove(t *testing.T) {
 	if _, err := c.Stat(ctx, filepath.Join(root, "missing")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("stat missing: %v", err)
 	}
-	if rc, err := c.ReadFile(ctx, filepath.Join(root, "missing")); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := c.ReadFile(ctx, filepath.Join(root, "missing")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("read missing: %v", err)
-		rc.Close()
 	}
 	if _, err := c.ReadFile(ctx, root); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("read a directory: %v", err)

@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-sh/berth/agent/internal/child"
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/internal/httpio"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -58,7 +63,7 @@ func checkGitURL(raw string) error {
 	if strings.Contains(raw, "://") {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return errdefs.InvalidArgument("invalid git URL %q: %v", raw, err)
+			return errdefs.InvalidArgument("invalid git URL %q: %w", raw, err)
 		}
 		if !allowedGitSchemes[strings.ToLower(u.Scheme)] {
 			return errdefs.InvalidArgument("invalid git URL %q: scheme %q is not one of https, http, git, ssh, file", raw, u.Scheme)
@@ -113,13 +118,13 @@ func repoName(raw string) string {
 
 func (m *procManager) handleGitCheckout(w http.ResponseWriter, r *http.Request) {
 	var req api.GitCheckoutRequest
-	if err := decodeJSON(w, r, maxSmallBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpio.DecodeJSON(w, r, httpio.MaxSmallBody, &req); err != nil {
+		httpio.WriteError(w, err)
 		return
 	}
 	plan, target, err := m.s.prepareClone(&req)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	m.s.slowJSON(w, r, func(ctx context.Context) (any, error) {
@@ -140,8 +145,8 @@ func (s *Server) prepareClone(req *api.GitCheckoutRequest) (*execPlan, string, e
 	if req.Depth < 0 || req.Depth > 1<<30 {
 		return nil, "", errdefs.InvalidArgument("depth %d out of range", req.Depth)
 	}
-	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
-		return nil, "", errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", req.TimeoutMs, int64(maxTimeoutMs))
+	if req.TimeoutMs < 0 || req.TimeoutMs > child.MaxTimeoutMs {
+		return nil, "", errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", req.TimeoutMs, int64(child.MaxTimeoutMs))
 	}
 	acct, err := s.resolveUser(req.User)
 	if err != nil {
@@ -155,7 +160,7 @@ func (s *Server) prepareClone(req *api.GitCheckoutRequest) (*execPlan, string, e
 		}
 		target = name
 	}
-	if target, err = resolvePath(target, acct.home); err != nil {
+	if target, err = fspath.Resolve(target, acct.home); err != nil {
 		return nil, "", err
 	}
 	argv := []string{"git", "clone", "--quiet"}
@@ -190,7 +195,18 @@ func (s *Server) prepareClone(req *api.GitCheckoutRequest) (*execPlan, string, e
 	return plan, target, nil
 }
 
-func (s *Server) gitClone(ctx context.Context, req *api.GitCheckoutRequest, plan *execPlan, target string) (*api.GitCheckoutResult, error) {
+func (s *Server) gitClone(ctx context.Context, req *api.GitCheckoutRequest, plan *execPlan, target string) (res *api.GitCheckoutResult, err error) {
+	// A clone that fails after it made its target (killed on a timeout or
+	// a cancelled request, say) leaves a partial tree that would make the
+	// retry fail with "already exists": the directory is removed again
+	// when this clone was the one that created it.
+	if _, statErr := os.Lstat(target); errors.Is(statErr, fs.ErrNotExist) {
+		defer func() {
+			if err != nil {
+				_ = os.RemoveAll(target)
+			}
+		}()
+	}
 	_, stderr, e, timedOut, err := s.capture(ctx, plan)
 	if err != nil {
 		return nil, err
@@ -202,12 +218,12 @@ func (s *Server) gitClone(ctx context.Context, req *api.GitCheckoutRequest, plan
 		return nil, errdefs.Internal("git clone %s: exit status lost", req.URL)
 	}
 	if ctx.Err() != nil {
-		return nil, errdefs.Unavailable("git clone %s cancelled: %v", req.URL, ctx.Err())
+		return nil, errdefs.Unavailable("git clone %s cancelled: %w", req.URL, ctx.Err())
 	}
-	if code := exitStatus(e.Status).ExitCode; code != 0 || e.Status.Signaled() {
+	if code := child.ExitStatus(e.Status).ExitCode; code != 0 || e.Status.Signaled() {
 		return nil, classifyGitError(req.URL, req.Branch, target, string(stderr), code)
 	}
-	res := &api.GitCheckoutResult{URL: req.URL, TargetDir: target, Branch: req.Branch}
+	res = &api.GitCheckoutResult{URL: req.URL, TargetDir: target, Branch: req.Branch}
 	// Best effort: which branch and commit we got.
 	for i, args := range [][]string{{"symbolic-ref", "--short", "-q", "HEAD"}, {"rev-parse", "-q", "--verify", "HEAD"}} {
 		q := *plan
@@ -229,25 +245,25 @@ func (s *Server) gitClone(ctx context.Context, req *api.GitCheckoutRequest, plan
 // capture runs plan to completion with /dev/null as stdin and returns the
 // first 64 KiB of stdout and the last 64 KiB of stderr. The process tree is
 // killed on timeout or when ctx ends.
-func (s *Server) capture(ctx context.Context, plan *execPlan) (stdout, stderr []byte, e Exit, timedOut bool, err error) {
+func (s *Server) capture(ctx context.Context, plan *execPlan) (stdout, stderr []byte, e child.Exit, timedOut bool, err error) {
 	cred, err := credentialFor(plan.acct)
 	if err != nil {
-		return nil, nil, Exit{}, false, err
+		return nil, nil, child.Exit{}, false, err
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return nil, nil, Exit{}, false, errdefs.Internal("open %s: %v", os.DevNull, err)
+		return nil, nil, child.Exit{}, false, errdefs.Internal("open %s: %w", os.DevNull, err)
 	}
 	defer devnull.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, Exit{}, false, errdefs.ResourceExhausted("create pipe: %v", err)
+		return nil, nil, child.Exit{}, false, errdefs.ResourceExhausted("create pipe: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return nil, nil, Exit{}, false, errdefs.ResourceExhausted("create pipe: %v", err)
+		return nil, nil, child.Exit{}, false, errdefs.ResourceExhausted("create pipe: %w", err)
 	}
 	defer outR.Close()
 	defer errR.Close()
@@ -257,16 +273,14 @@ func (s *Server) capture(ctx context.Context, plan *execPlan) (stdout, stderr []
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		return nil, nil, Exit{}, false, startError(plan, err)
+		return nil, nil, child.Exit{}, false, startError(plan, err)
 	}
 	var wg sync.WaitGroup
 	var outBuf, errBuf bytes.Buffer
 	read := func(f *os.File, b *bytes.Buffer, tail bool) {
 		defer wg.Done()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := f.Read(buf)
-			b.Write(buf[:n])
+		child.ReadPipe(f, func(p []byte) bool {
+			b.Write(p)
 			if b.Len() > maxCaptured {
 				if tail {
 					keep := append([]byte(nil), b.Bytes()[b.Len()-maxCaptured:]...)
@@ -276,10 +290,8 @@ func (s *Server) capture(ctx context.Context, plan *execPlan) (stdout, stderr []
 					b.Truncate(maxCaptured)
 				}
 			}
-			if err != nil {
-				return
-			}
-		}
+			return true
+		})
 	}
 	wg.Add(2)
 	go read(outR, &outBuf, false)
@@ -294,13 +306,13 @@ func (s *Server) capture(ctx context.Context, plan *execPlan) (stdout, stderr []
 	case e = <-exitCh:
 	case <-timer:
 		timedOut = true
-		killTree(pid)
+		child.KillTree(pid)
 		e = <-exitCh
 	case <-ctx.Done():
-		killTree(pid)
+		child.KillTree(pid)
 		e = <-exitCh
 	}
-	d := time.Now().Add(drainDelay)
+	d := time.Now().Add(child.DrainDelay)
 	outR.SetReadDeadline(d)
 	errR.SetReadDeadline(d)
 	wg.Wait()
@@ -341,7 +353,7 @@ func classifyGitError(repo, branch, target, stderr string, code int) error {
 	case has("could not create work tree dir", "could not create leading directories") && has("permission denied"):
 		return errdefs.PermissionDenied("cannot create %s: permission denied", target)
 	case has("no space left on device", "disk quota exceeded"):
-		return errdefs.ResourceExhausted("git clone %s: no space left on device", repo)
+		return errdefs.NoSpace("git clone %s: no space left on device", repo)
 	case has("unable to find remote helper", "transport '") && !has("unable to access"):
 		return errdefs.InvalidArgument("git cannot use the URL %s (%s)", repo, detail)
 	case has("could not resolve host", "could not resolve hostname", "temporary failure in name resolution",

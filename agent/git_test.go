@@ -141,3 +141,47 @@ func TestGitCheckoutRejectsOptionInjection(t *testing.T) {
 		t.Fatal("the injected command ran")
 	}
 }
+
+// TestGitCheckoutTimeoutLeavesNoTarget: a clone killed on its timeout
+// (a git server that accepts and never answers) leaves no partial target,
+// so a retry is not refused with "already exists"; the control shows git
+// itself had made the directory.
+func TestGitCheckoutTimeoutLeavesNoTarget(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	a, c := newClient(t)
+	ctx := ptCtx(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	target := filepath.Join(a.Dir, "stalled")
+	_, err = c.GitCheckout(ctx, api.GitCheckoutRequest{URL: "git://" + ln.Addr().String() + "/x.git", TargetDir: target, TimeoutMs: 1500})
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		t.Fatalf("stalled clone: %v", err)
+	}
+	select {
+	case <-accepted: // git had connected, so it had made its target first
+	default:
+		t.Fatal("git never connected to the stalled server")
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed clone left its target behind: %v", err)
+	}
+}

@@ -82,7 +82,7 @@ func parseIgnoreLine(line string) (r ignoreRule, ok bool, err error) {
 			}
 			stars++
 		} else if _, err := path.Match(s, ""); err != nil {
-			return r, false, errdefs.InvalidArgument("pattern %q: %v", line, err)
+			return r, false, errdefs.InvalidArgument("pattern %q: %w", line, err)
 		}
 		r.segs = append(r.segs, s)
 	}

@@ -12,18 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/agent/internal/child"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 func running(pid int) bool {
-	_, state, ok := procStat(pid)
+	_, state, ok := child.Stat(pid)
 	return ok && state != 'Z'
 }
 
 // startTree starts a shell whose child leaves the process group with
 // setsid, and returns the shell's pid, the escaped child's pid and the
 // shell's exit channel.
-func startTree(t *testing.T, r *Reaper) (int, int, <-chan Exit) {
+func startTree(t *testing.T, r *Reaper) (int, int, <-chan child.Exit) {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -48,20 +49,20 @@ func startTree(t *testing.T, r *Reaper) (int, int, <-chan Exit) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	child, err := strconv.Atoi(strings.TrimSpace(line))
+	kid, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	t.Cleanup(func() { syscall.Kill(kid, syscall.SIGKILL) })
 	// setsid(1) execs sleep once it has left the group; wait for that so
 	// the test probes the escaped process, not setsid in flight.
 	for i := 0; i < 1000; i++ {
-		if pgid, _ := syscall.Getpgid(child); pgid == child {
+		if pgid, _ := syscall.Getpgid(kid); pgid == kid {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return pid, child, ch
+	return pid, kid, ch
 }
 
 func TestKillTreeReachesEscapedDescendants(t *testing.T) {
@@ -70,24 +71,24 @@ func TestKillTreeReachesEscapedDescendants(t *testing.T) {
 
 	// Negative control: killing only the process group (what most exec
 	// implementations do) leaves the setsid child running.
-	pid, child, ch := startTree(t, r)
+	pid, kid, ch := startTree(t, r)
 	syscall.Kill(-pid, syscall.SIGKILL)
 	<-ch
-	if !running(child) {
-		t.Fatal("negative control: the setsid child died with its process group; the probe cannot tell killTree works")
+	if !running(kid) {
+		t.Fatal("negative control: the setsid child died with its process group; the probe cannot tell child.KillTree works")
 	}
-	syscall.Kill(child, syscall.SIGKILL)
+	syscall.Kill(kid, syscall.SIGKILL)
 
-	pid, child, ch = startTree(t, r)
-	killTree(pid)
+	pid, kid, ch = startTree(t, r)
+	child.KillTree(pid)
 	e := <-ch
 	if !e.Status.Signaled() || e.Status.Signal() != syscall.SIGKILL {
 		t.Fatalf("root status %v", e.Status)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for running(child) {
+	for running(kid) {
 		if time.Now().After(deadline) {
-			t.Fatalf("setsid descendant %d survived killTree", child)
+			t.Fatalf("setsid descendant %d survived child.KillTree", kid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -142,50 +143,16 @@ func TestLookupUser(t *testing.T) {
 	}
 }
 
-func TestResolvePath(t *testing.T) {
-	cases := []struct {
-		in, want string
-		bad      bool
-	}{
-		{"/etc/passwd", "/etc/passwd", false},
-		{"notes.txt", "/home/u/notes.txt", false},
-		{"../../../etc", "/etc", false}, // lexical; the kernel confines it to the sandbox root anyway
-		{"/a/./b//c/", "/a/b/c", false},
-		{"", "", true},
-		{"a\x00b", "", true},
-		{"\xff\xfe", "", true},
-		{"/" + strings.Repeat("a", 4096), "", true},
-	}
-	for _, tc := range cases {
-		got, err := resolvePath(tc.in, "/home/u")
-		if tc.bad != (err != nil) || got != tc.want {
-			t.Errorf("resolvePath(%q) = %q, %v", tc.in, got, err)
-		}
-		if tc.bad && !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("resolvePath(%q): kind %v", tc.in, err)
+// procSignalState names the fields a log line needs to explain a signal
+// that had no effect.
+func TestProcSignalState(t *testing.T) {
+	got := procSignalState(os.Getpid())
+	for _, f := range []string{"State=", "SigPnd=", "ShdPnd=", "SigBlk=", "SigIgn=", "SigCgt="} {
+		if !strings.Contains(got, f) {
+			t.Errorf("procSignalState: %q lacks %s", got, f)
 		}
 	}
-}
-
-func TestFsErrorKinds(t *testing.T) {
-	cases := map[syscall.Errno]error{
-		syscall.ENOENT:    errdefs.ErrNotFound,
-		syscall.EEXIST:    errdefs.ErrAlreadyExists,
-		syscall.ENOTDIR:   errdefs.ErrInvalidArgument,
-		syscall.EISDIR:    errdefs.ErrInvalidArgument,
-		syscall.EACCES:    errdefs.ErrPermissionDenied,
-		syscall.EPERM:     errdefs.ErrPermissionDenied,
-		syscall.ENOSPC:    errdefs.ErrResourceExhausted,
-		syscall.EDQUOT:    errdefs.ErrResourceExhausted,
-		syscall.ENOTEMPTY: errdefs.ErrFailedPrecondition,
-	}
-	for errno, kind := range cases {
-		err := fsError("write", "/x", &os.PathError{Op: "open", Path: "/x", Err: errno})
-		if !errors.Is(err, kind) {
-			t.Errorf("%v: got %v", errno, err)
-		}
-	}
-	if err := fsError("write", "/x", syscall.ENOSPC); !strings.Contains(err.Error(), "no space left on device") {
-		t.Errorf("ENOSPC message: %v", err)
+	if got := procSignalState(-1); got == "" {
+		t.Error("procSignalState of a missing pid is empty, want the error")
 	}
 }

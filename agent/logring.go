@@ -1,12 +1,12 @@
 package agent
 
-import "github.com/berth-sh/berth/agent/frame"
+import "github.com/berth-sh/berth/agent/wire"
 
 // logChunk is one read of a process's stdout or stderr. seq orders chunks
 // across both streams, so a replay interleaves them as they were read.
 type logChunk struct {
 	seq uint64
-	t   frame.Type
+	t   wire.FrameType
 	p   []byte
 }
 
@@ -30,8 +30,8 @@ type logRing struct {
 
 func newLogRing(limit int64) *logRing { return &logRing{limit: limit} }
 
-func (r *logRing) stream(t frame.Type) *logStream {
-	if t == frame.Stderr {
+func (r *logRing) stream(t wire.FrameType) *logStream {
+	if t == wire.Stderr {
 		return &r.streams[1]
 	}
 	return &r.streams[0]
@@ -39,7 +39,7 @@ func (r *logRing) stream(t frame.Type) *logStream {
 
 // add appends p (which the ring now owns) and drops the oldest bytes of
 // that stream beyond the limit.
-func (r *logRing) add(t frame.Type, p []byte) {
+func (r *logRing) add(t wire.FrameType, p []byte) {
 	if len(p) == 0 {
 		return
 	}

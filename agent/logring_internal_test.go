@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/wire"
 )
 
 func TestLogRingCapsEachStreamAndKeepsOrder(t *testing.T) {
 	r := newLogRing(10)
-	r.add(frame.Stdout, []byte("0123456789"))
-	r.add(frame.Stderr, []byte("ab"))
-	r.add(frame.Stdout, []byte("XYZ"))
+	r.add(wire.Stdout, []byte("0123456789"))
+	r.add(wire.Stderr, []byte("ab"))
+	r.add(wire.Stdout, []byte("XYZ"))
 	out, errb := r.contents()
 	if string(out) != "3456789XYZ" || string(errb) != "ab" {
 		t.Fatalf("contents %q %q", out, errb)
@@ -30,7 +30,7 @@ func TestLogRingCapsEachStreamAndKeepsOrder(t *testing.T) {
 		t.Fatalf("since(2) %+v", got)
 	}
 	// One chunk larger than the limit keeps its tail.
-	r.add(frame.Stderr, bytes.Repeat([]byte("e"), 25))
+	r.add(wire.Stderr, bytes.Repeat([]byte("e"), 25))
 	if _, errb := r.contents(); len(errb) != 10 || r.streams[1].dropped != 17 {
 		t.Fatalf("big chunk: %d bytes, dropped %d", len(errb), r.streams[1].dropped)
 	}

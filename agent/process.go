@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/internal/child"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -56,6 +58,7 @@ type procManager struct {
 // registerProcessRoutes adds the process, session and git endpoints.
 func (s *Server) registerProcessRoutes() {
 	m := &procManager{s: s, procs: make(map[string]*process), sessions: make(map[string]*session)}
+	s.procs = m
 	s.mux.HandleFunc("POST /v1/processes", m.handleStart)
 	s.mux.HandleFunc("GET /v1/processes", m.handleList)
 	s.mux.HandleFunc("DELETE /v1/processes", m.handleKillAll)
@@ -69,6 +72,7 @@ func (s *Server) registerProcessRoutes() {
 	s.mux.HandleFunc("GET /v1/sessions", m.handleListSessions)
 	s.mux.HandleFunc("GET /v1/sessions/{id}", m.handleGetSession)
 	s.mux.HandleFunc("DELETE /v1/sessions/{id}", m.handleDeleteSession)
+	s.mux.HandleFunc("PATCH /v1/sessions/{id}", m.handleUpdateSession)
 	s.mux.HandleFunc("POST /v1/sessions/{id}/exec", m.handleSessionExec)
 	s.mux.HandleFunc("POST /v1/git/checkout", m.handleGitCheckout)
 }
@@ -95,13 +99,24 @@ type process struct {
 	ring     *logRing
 	changed  chan struct{} // closed and replaced whenever output or state changes
 	reaped   bool          // the main pid was reaped: never signal it again
-	ended    bool          // reaped and its output drained
-	exit     Exit
+	treeGone bool          // reaped, and no process of its group or their descendants runs
+	treeDone chan struct{} // closed when treeGone is set
+	ended    bool          // the tree is gone and its output drained
+	exit     child.Exit
 	endedAt  time.Time
 	killed   bool   // a terminating kill was requested
 	reason   string // why the agent killed it (timeout), if it did
-	done     chan struct{}
-	timeoutT *time.Timer
+	// treeSignal is the terminating signal the agent sent after the main
+	// process had exited and that ended what was left of the tree
+	// (SIGKILL after the grace period): the record's true end.
+	treeSignal syscall.Signal
+	known      []treeMember // the tree as a kill saw it
+	// endWithMain: the record ends when the main process does (E2B's
+	// semantics, api.StartProcessRequest.EndWithMain).
+	endWithMain bool
+	nudge       chan struct{} // a kill signalled the tree: check it soon
+	done        chan struct{}
+	timeoutT    *time.Timer
 }
 
 func (p *process) notifyLocked() {
@@ -132,7 +147,7 @@ func (p *process) info() api.ProcessInfo {
 	default:
 		in.Status = api.ProcessFailed
 	}
-	es := exitStatus(p.exit.Status)
+	es := child.ExitStatus(p.exit.Status)
 	in.ExitCode, in.Signal, in.Error = &es.ExitCode, es.Signal, p.reason
 	return in
 }
@@ -145,7 +160,7 @@ func (p *process) endedDescription() string {
 	if p.exit.Lost {
 		return "ended (its exit status was lost)"
 	}
-	es := exitStatus(p.exit.Status)
+	es := child.ExitStatus(p.exit.Status)
 	if es.Signal != "" {
 		return "was killed by " + es.Signal
 	}
@@ -209,7 +224,7 @@ func (m *procManager) start(r *http.Request, req *api.StartProcessRequest) (*pro
 	if limit < 1024 || limit > maxLogBuffer {
 		return nil, errdefs.InvalidArgument("logBufferBytes %d out of range [1024, %d]", req.LogBufferBytes, maxLogBuffer)
 	}
-	ereq := api.ExecRequest{Command: req.Command, Cwd: req.Cwd, Env: req.Env, User: req.User, TimeoutMs: req.TimeoutMs}
+	ereq := api.ExecRequest{Command: execCommand(req.Command), Cwd: req.Cwd, Env: req.Env, User: req.User, TimeoutMs: req.TimeoutMs}
 	if req.SessionID != "" {
 		sess, err := m.session(req.SessionID)
 		if err != nil {
@@ -241,8 +256,9 @@ func (m *procManager) start(r *http.Request, req *api.StartProcessRequest) (*pro
 		return nil, err
 	}
 	p := &process{
-		id: req.ID, command: req.Command, sessionID: req.SessionID, user: plan.acct.name, cwd: plan.dir,
-		ring: newLogRing(limit), changed: make(chan struct{}), done: make(chan struct{}),
+		id: req.ID, command: req.Command, sessionID: req.SessionID, user: plan.acct.name, cwd: plan.dir, endWithMain: req.EndWithMain,
+		ring: newLogRing(limit), changed: make(chan struct{}), done: make(chan struct{}), treeDone: make(chan struct{}),
+		nudge: make(chan struct{}, 1),
 	}
 	if p.id == "" {
 		p.id = newID()
@@ -253,20 +269,20 @@ func (m *procManager) start(r *http.Request, req *api.StartProcessRequest) (*pro
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		m.release(p.id)
-		return nil, errdefs.Internal("open %s: %v", os.DevNull, err)
+		return nil, errdefs.Internal("open %s: %w", os.DevNull, err)
 	}
 	defer devnull.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		m.release(p.id)
-		return nil, errdefs.ResourceExhausted("create pipe: %v", err)
+		return nil, errdefs.ResourceExhausted("create pipe: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
 		m.release(p.id)
-		return nil, errdefs.ResourceExhausted("create pipe: %v", err)
+		return nil, errdefs.ResourceExhausted("create pipe: %w", err)
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   plan.dir,
@@ -291,7 +307,7 @@ func (m *procManager) start(r *http.Request, req *api.StartProcessRequest) (*pro
 		p.mu.Lock()
 		p.timeoutT = time.AfterFunc(plan.timeout, func() {
 			p.mu.Lock()
-			if !p.reaped {
+			if !p.treeGone {
 				p.reason = "killed after its timeout of " + plan.timeout.String()
 			}
 			p.mu.Unlock()
@@ -303,41 +319,56 @@ func (m *procManager) start(r *http.Request, req *api.StartProcessRequest) (*pro
 }
 
 // run collects p's output until it exits and its pipes drain.
-func (p *process) run(exitCh <-chan Exit, outR, errR *os.File) {
+func (p *process) run(exitCh <-chan child.Exit, outR, errR *os.File) {
 	defer outR.Close()
 	defer errR.Close()
 	var wg sync.WaitGroup
-	collect := func(f *os.File, t frame.Type) {
+	collect := func(f *os.File, t wire.FrameType) {
 		defer wg.Done()
-		buf := make([]byte, readChunk)
-		for {
-			n, err := f.Read(buf)
-			if n > 0 {
-				c := make([]byte, n)
-				copy(c, buf[:n])
-				p.mu.Lock()
-				p.ring.add(t, c)
-				p.notifyLocked()
-				p.mu.Unlock()
-			}
-			if err != nil {
-				return
-			}
-		}
+		child.ReadPipe(f, func(c []byte) bool {
+			p.mu.Lock()
+			p.ring.add(t, c)
+			p.notifyLocked()
+			p.mu.Unlock()
+			return true
+		})
 	}
 	wg.Add(2)
-	go collect(outR, frame.Stdout)
-	go collect(errR, frame.Stderr)
+	go collect(outR, wire.Stdout)
+	go collect(errR, wire.Stderr)
 	e := <-exitCh
 	p.mu.Lock()
 	p.reaped = true
+	p.mu.Unlock()
+	// The record is the command, not the shell that ran it: it stays
+	// running while anything of its process group (or their descendants,
+	// or what a kill found of its tree) runs, such as a command the shell
+	// forked that ignored the SIGTERM the shell died of, and ends with
+	// what ended them. A descendant that left the group (setsid) and was
+	// orphaned before any kill is not followed.
+	for poll := treePollMin; !p.endWithMain && p.treeAlive(); poll = min(2*poll, treePollMax) {
+		select {
+		case <-time.After(poll):
+		case <-p.nudge:
+			poll = treePollMin // a kill is ending the tree: look soon
+		}
+	}
+	p.mu.Lock()
+	p.treeGone = true
+	close(p.treeDone)
 	if p.timeoutT != nil {
 		p.timeoutT.Stop()
 	}
+	if p.treeSignal != 0 && !e.Lost && !(e.Status.Signaled() && e.Status.Signal() == syscall.SIGKILL) {
+		// A wait status for "killed by treeSignal" (the signal number in
+		// the low bits).
+		e.Status = syscall.WaitStatus(p.treeSignal)
+	}
 	p.mu.Unlock()
-	// Descendants that keep the pipes open (`server &`) must not keep the
-	// process from ending; their later output is not collected.
-	d := time.Now().Add(drainDelay)
+	// Descendants that left the group and keep the pipes open (`setsid
+	// server &`) must not keep the process from ending; their later
+	// output is not collected.
+	d := time.Now().Add(child.DrainDelay)
 	outR.SetReadDeadline(d)
 	errR.SetReadDeadline(d)
 	wg.Wait()
@@ -348,18 +379,26 @@ func (p *process) run(exitCh <-chan Exit, outR, errR *os.File) {
 	close(p.done)
 }
 
+// A process whose main pid exited is checked for the rest of its tree
+// (a scan of /proc) at growing intervals: soon for the common short tail,
+// rarely for a long-lived `server &`.
+const (
+	treePollMin = 10 * time.Millisecond
+	treePollMax = 500 * time.Millisecond
+)
+
 func (m *procManager) handleStart(w http.ResponseWriter, r *http.Request) {
 	var req api.StartProcessRequest
-	if err := decodeJSON(w, r, maxCommandBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpio.DecodeJSON(w, r, maxCommandBody, &req); err != nil {
+		httpio.WriteError(w, err)
 		return
 	}
 	p, err := m.start(r, &req)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, p.info())
+	httpio.WriteJSON(w, http.StatusCreated, p.info())
 }
 
 func (m *procManager) list(sessionID string) []*process {
@@ -384,32 +423,32 @@ func (m *procManager) handleList(w http.ResponseWriter, r *http.Request) {
 			res.Processes = append(res.Processes, in)
 		}
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpio.WriteJSON(w, http.StatusOK, res)
 }
 
 func (m *procManager) handleGet(w http.ResponseWriter, r *http.Request) {
 	p, err := m.get(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, p.info())
+	httpio.WriteJSON(w, http.StatusOK, p.info())
 }
 
 func (m *procManager) handleKill(w http.ResponseWriter, r *http.Request) {
 	p, err := m.get(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	sig, err := parseSignal(r.URL.Query().Get("signal"))
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	grace, err := parseGrace(r)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	// The kill runs to completion even if the caller goes away: a tree
@@ -421,7 +460,7 @@ func (m *procManager) handleKill(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	writeJSON(w, http.StatusOK, p.info())
+	httpio.WriteJSON(w, http.StatusOK, p.info())
 }
 
 // killAll kills every running process (of one session, when sessionID is
@@ -431,7 +470,7 @@ func (m *procManager) killAll(sessionID string, grace time.Duration) int {
 	n := 0
 	for _, p := range m.list(sessionID) {
 		p.mu.Lock()
-		running := !p.reaped
+		running := !p.treeGone
 		p.mu.Unlock()
 		if !running {
 			continue
@@ -447,11 +486,11 @@ func (m *procManager) killAll(sessionID string, grace time.Duration) int {
 func (m *procManager) handleKillAll(w http.ResponseWriter, r *http.Request) {
 	grace, err := parseGrace(r)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	n := m.killAll(r.URL.Query().Get("sessionId"), grace)
-	writeJSON(w, http.StatusOK, api.KillAllResult{Killed: n})
+	httpio.WriteJSON(w, http.StatusOK, api.KillAllResult{Killed: n})
 }
 
 // handleLogs returns the buffered output as JSON, or with follow=1 streams
@@ -460,7 +499,7 @@ func (m *procManager) handleKillAll(w http.ResponseWriter, r *http.Request) {
 func (m *procManager) handleLogs(w http.ResponseWriter, r *http.Request) {
 	p, err := m.get(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	if f := r.URL.Query().Get("follow"); f != "1" && f != "true" {
@@ -469,7 +508,7 @@ func (m *procManager) handleLogs(w http.ResponseWriter, r *http.Request) {
 		logs := api.ProcessLogs{ID: p.id, Stdout: out, Stderr: errb,
 			DroppedStdout: p.ring.streams[0].dropped, DroppedStderr: p.ring.streams[1].dropped}
 		p.mu.Unlock()
-		writeJSON(w, http.StatusOK, logs)
+		httpio.WriteJSON(w, http.StatusOK, logs)
 		return
 	}
 	fs := startFrames(w)
@@ -494,20 +533,20 @@ func (m *procManager) handleLogs(w http.ResponseWriter, r *http.Request) {
 		if ended {
 			in := p.info()
 			if in.Status == api.ProcessError {
-				fs.sendJSON(frame.Error, api.ErrorBody(errdefs.Internal("process %s: %s", p.id, in.Error)))
+				fs.sendJSON(wire.Error, api.ErrorBody(errdefs.Internal("process %s: %s", p.id, in.Error)))
 				return
 			}
 			p.mu.Lock()
-			es := exitStatus(p.exit.Status)
+			es := child.ExitStatus(p.exit.Status)
 			es.DurationMs = p.endedAt.Sub(p.startedAt).Milliseconds()
 			p.mu.Unlock()
-			fs.sendJSON(frame.Exit, es)
+			fs.sendJSON(wire.Exit, es)
 			return
 		}
 		select {
 		case <-changed:
 		case <-hb.C:
-			if !fs.send(frame.Heartbeat, nil, true) {
+			if !fs.send(wire.Heartbeat, nil, true) {
 				return
 			}
 			hb.Reset(hbEvery)
@@ -525,15 +564,15 @@ type frameStream struct {
 
 func startFrames(w http.ResponseWriter) *frameStream {
 	fs := &frameStream{w: w, rc: http.NewResponseController(w)}
-	w.Header().Set("Content-Type", ExecContentType)
+	w.Header().Set("Content-Type", wire.ExecContentType)
 	w.WriteHeader(http.StatusOK)
 	fs.rc.Flush()
 	return fs
 }
 
-func (fs *frameStream) send(t frame.Type, p []byte, flush bool) bool {
-	fs.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if err := frame.Write(fs.w, t, p); err != nil {
+func (fs *frameStream) send(t wire.FrameType, p []byte, flush bool) bool {
+	fs.rc.SetWriteDeadline(time.Now().Add(httpio.WriteTimeout))
+	if err := wire.WriteFrame(fs.w, t, p); err != nil {
 		return false
 	}
 	if flush {
@@ -542,7 +581,7 @@ func (fs *frameStream) send(t frame.Type, p []byte, flush bool) bool {
 	return true
 }
 
-func (fs *frameStream) sendJSON(t frame.Type, v any) bool {
+func (fs *frameStream) sendJSON(t wire.FrameType, v any) bool {
 	body, _ := json.Marshal(v)
 	return fs.send(t, body, true)
 }

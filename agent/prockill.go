@@ -1,14 +1,17 @@
 package agent
 
 import (
+	"log"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/agent/internal/child"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -57,7 +60,14 @@ func procStatAll(pid int) (ppid, pgid int, state byte, start uint64, ok bool) {
 
 // snapshotTree returns root, its process group and every descendant of
 // either, pinned to their start times.
-func snapshotTree(root int) []treeMember {
+func snapshotTree(root int) []treeMember { return scanTree(root, true) }
+
+// groupTree is snapshotTree once root itself was reaped: its process group
+// and their descendants only. The pid root may then name an unrelated
+// process (a reuse, possible once the group is gone), which is not counted.
+func groupTree(root int) []treeMember { return scanTree(root, false) }
+
+func scanTree(root int, withRoot bool) []treeMember {
 	type st struct {
 		ppid, pgid int
 		start      uint64
@@ -81,7 +91,7 @@ func snapshotTree(root int) []treeMember {
 	in := make(map[int]bool)
 	var queue []int
 	for pid, s := range all {
-		if pid == root || s.pgid == root {
+		if (withRoot && pid == root) || s.pgid == root {
 			in[pid] = true
 			queue = append(queue, pid)
 		}
@@ -122,28 +132,53 @@ func terminating(sig syscall.Signal) bool {
 // grace, by SIGKILL to every member of the tree that is still alive,
 // including descendants that left the process group or were orphaned when
 // their parent died of the first signal. It returns when the tree is dead
-// (or at once for a non-terminating signal). A process that already ended
-// is left alone: its pid may belong to someone else now.
+// (or at once for a non-terminating signal). The main process is signalled
+// by pid only until it was reaped (its pid may belong to someone else
+// then); after that, the members of its tree that still run (the record
+// stays running until they are gone, see run) are signalled one by one,
+// each pinned to its start time. A process whose tree is gone is left
+// alone.
 func (p *process) kill(sig syscall.Signal, grace time.Duration) {
 	p.mu.Lock()
-	if p.reaped {
+	if p.treeGone {
 		p.mu.Unlock()
 		return
 	}
 	if terminating(sig) {
 		p.killed = true
 	}
+	members := p.membersLocked()
+	if terminating(sig) {
+		// The record ends only when these are gone too, even those that
+		// leave the group or are orphaned by the signal (see run).
+		p.known = append(p.known, members...)
+	}
+	if p.reaped && terminating(sig) {
+		// The main process is gone; what ends the record is this signal.
+		p.treeSignal = sig
+	}
 	if sig == syscall.SIGKILL {
-		killTree(p.pid)
+		if !p.reaped {
+			child.KillTree(p.pid)
+		}
+		p.sigkillLocked(members)
+		p.nudgeLocked()
 		p.mu.Unlock()
 		<-p.done
 		return
 	}
-	members := snapshotTree(p.pid)
-	syscall.Kill(-p.pid, sig)
-	for _, m := range members {
-		syscall.Kill(m.pid, sig)
+	if !p.reaped {
+		syscall.Kill(-p.pid, sig)
 	}
+	for _, m := range members {
+		if m.pid != p.pid && m.alive() {
+			syscall.Kill(m.pid, sig)
+		}
+	}
+	if !p.reaped {
+		syscall.Kill(p.pid, sig)
+	}
+	p.nudgeLocked()
 	p.mu.Unlock()
 	if !terminating(sig) {
 		return
@@ -160,33 +195,137 @@ wait:
 		case <-tick.C:
 		}
 		p.mu.Lock()
-		reaped := p.reaped
+		gone := p.treeGone
 		p.mu.Unlock()
-		if !reaped {
-			continue
-		}
-		alive := false
-		for _, m := range members {
-			if m.pid != p.pid && m.alive() {
-				alive = true
-				break
-			}
-		}
-		if !alive {
+		if gone && !anyAlive(members, p.pid) {
 			break
 		}
 	}
 	p.mu.Lock()
-	if !p.reaped {
-		killTree(p.pid)
+	if !p.treeGone {
+		// Still running after the grace period: the tree ends by SIGKILL,
+		// and the record says so (137). Why it outlived the signal (its
+		// state, pending, blocked and ignored signals) goes to the log.
+		log.Printf("process %s (pid %d): %s did not end it within %s; sending SIGKILL to %s", p.id, p.pid, unix.SignalName(sig), grace, p.survivorsLocked(members))
+		p.treeSignal = syscall.SIGKILL
+		if !p.reaped {
+			child.KillTree(p.pid)
+		}
+		p.sigkillLocked(append(members, p.membersLocked()...))
+		p.nudgeLocked()
+	} else {
+		// A record that ended with its main process (EndWithMain): what
+		// is left of the tree is still killed, outside the record.
+		p.sigkillLocked(members)
 	}
 	p.mu.Unlock()
-	for _, m := range members {
-		if m.pid != p.pid && m.alive() {
-			killTree(m.pid)
+	<-p.done
+}
+
+// survivorsLocked describes what of p's tree still runs (at most a few
+// processes, each with procSignalState), for the log line of a kill that
+// had to escalate.
+func (p *process) survivorsLocked(members []treeMember) string {
+	var out []string
+	seen := make(map[int]bool)
+	if !p.reaped {
+		seen[p.pid] = true
+		out = append(out, "main pid "+strconv.Itoa(p.pid)+": "+procSignalState(p.pid))
+	}
+	n := 0
+	for _, m := range append(members, p.membersLocked()...) {
+		if seen[m.pid] || m.pid == p.pid || !m.alive() {
+			continue
+		}
+		seen[m.pid] = true
+		if n++; n > 4 {
+			out = append(out, "...")
+			break
+		}
+		out = append(out, "pid "+strconv.Itoa(m.pid)+": "+procSignalState(m.pid))
+	}
+	if len(out) == 0 {
+		return "nothing (the tree ended meanwhile)"
+	}
+	return strings.Join(out, "; ")
+}
+
+// procSignalState summarises pid's run state and signal masks from
+// /proc/pid/status (the fields that say why a signal had no effect).
+func procSignalState(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		switch k {
+		case "Name", "State", "NSpgid", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt":
+			if ok {
+				out = append(out, k+"="+strings.Join(strings.Fields(v), " "))
+			}
 		}
 	}
-	<-p.done
+	if wchan, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/wchan"); err == nil && len(wchan) > 0 {
+		out = append(out, "wchan="+string(wchan))
+	}
+	return strings.Join(out, " ")
+}
+
+// anyAlive reports whether a member other than the reaped main pid runs.
+func anyAlive(members []treeMember, main int) bool {
+	for _, m := range members {
+		if m.pid != main && m.alive() {
+			return true
+		}
+	}
+	return false
+}
+
+// nudgeLocked tells run to look at the tree again soon.
+func (p *process) nudgeLocked() {
+	select {
+	case p.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// membersLocked is the tree as it is now: with the main process while it
+// runs, else its process group and their descendants.
+func (p *process) membersLocked() []treeMember {
+	if p.reaped {
+		return groupTree(p.pid)
+	}
+	return snapshotTree(p.pid)
+}
+
+// treeAlive reports whether anything of p's tree still runs: its process
+// group and their descendants, or a member a kill saw (see kill). Call it
+// only after the main process was reaped.
+func (p *process) treeAlive() bool {
+	if len(groupTree(p.pid)) > 0 {
+		return true
+	}
+	p.mu.Lock()
+	known := p.known
+	p.mu.Unlock()
+	for _, m := range known {
+		if m.pid != p.pid && m.alive() {
+			return true
+		}
+	}
+	return false
+}
+
+// sigkillLocked SIGKILLs the members of p's tree that are still alive,
+// never the reaped main pid.
+func (p *process) sigkillLocked(members []treeMember) {
+	for _, m := range members {
+		if m.pid != p.pid && m.alive() {
+			child.KillTree(m.pid)
+		}
+	}
 }
 
 // parseSignal accepts "TERM", "SIGTERM" or "15"; empty means SIGTERM.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/terminal"
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -277,15 +277,15 @@ func TestTerminalScrollbackCap(t *testing.T) {
 		t.Fatalf("attached client got %d bytes of the flood, want all of it", n)
 	}
 	x := listT(t, c)["cap"]
-	if x.ScrollbackBytes > agent.DefaultScrollback || x.ScrollbackBytes < agent.DefaultScrollback/2 {
-		t.Fatalf("scrollback %d bytes, cap %d", x.ScrollbackBytes, agent.DefaultScrollback)
+	if x.ScrollbackBytes > terminal.DefaultScrollback || x.ScrollbackBytes < terminal.DefaultScrollback/2 {
+		t.Fatalf("scrollback %d bytes, cap %d", x.ScrollbackBytes, terminal.DefaultScrollback)
 	}
 	late := attachT(t, c, "cap", agentclient.AttachOptions{})
 	late.waitOut(t, "flood-done\r\n")
 	late.mu.Lock()
 	replay := late.bins[0]
 	late.mu.Unlock()
-	if len(replay) > agent.DefaultScrollback {
+	if len(replay) > terminal.DefaultScrollback {
 		t.Fatalf("replay of %d bytes exceeds the cap", len(replay))
 	}
 	if !bytes.Contains(replay, []byte("flood-done")) || bytes.Contains(replay, []byte("start-marker")) {

@@ -5,6 +5,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"github.com/berth-sh/berth/agent/internal/child"
 )
 
 // Reaper owns the wait status of every child process the agent starts.
@@ -37,7 +39,7 @@ type Reaper struct {
 	done    chan struct{}
 
 	mu      sync.Mutex
-	waiting map[int]chan Exit
+	waiting map[int]chan child.Exit
 }
 
 // NewReaper starts a reaper. Create it before starting any child.
@@ -47,7 +49,7 @@ func NewReaper(reapAll bool) *Reaper {
 		sigs:    make(chan os.Signal, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
-		waiting: make(map[int]chan Exit),
+		waiting: make(map[int]chan child.Exit),
 	}
 	signal.Notify(r.sigs, syscall.SIGCHLD)
 	go r.loop()
@@ -113,7 +115,7 @@ func (r *Reaper) reapLocked() bool {
 			} else if err == syscall.ECHILD {
 				// Someone else reaped it; we cannot know how it ended,
 				// and must not invent an exit code.
-				r.deliverExit(pid, Exit{Lost: true})
+				r.deliverExit(pid, child.Exit{Lost: true})
 			}
 			break
 		}
@@ -121,18 +123,11 @@ func (r *Reaper) reapLocked() bool {
 	return len(r.waiting) > 0
 }
 
-// Exit is how a registered child ended. Lost is set when its status was
-// taken by someone else (only possible when reapAll is false).
-type Exit struct {
-	Status syscall.WaitStatus
-	Lost   bool
-}
-
 func (r *Reaper) deliver(pid int, ws syscall.WaitStatus) {
-	r.deliverExit(pid, Exit{Status: ws})
+	r.deliverExit(pid, child.Exit{Status: ws})
 }
 
-func (r *Reaper) deliverExit(pid int, e Exit) {
+func (r *Reaper) deliverExit(pid int, e child.Exit) {
 	if ch, ok := r.waiting[pid]; ok {
 		delete(r.waiting, pid)
 		ch <- e // buffered, never blocks
@@ -141,7 +136,7 @@ func (r *Reaper) deliverExit(pid int, e Exit) {
 
 // Start forks and execs argv0 and registers the child before the reaping
 // loop can observe it. The returned channel receives the child's Exit once.
-func (r *Reaper) Start(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan Exit, error) {
+func (r *Reaper) Start(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan child.Exit, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.CheckFDs {
@@ -151,7 +146,7 @@ func (r *Reaper) Start(argv0 string, argv []string, attr *syscall.ProcAttr) (int
 	if err != nil {
 		return 0, nil, err
 	}
-	ch := make(chan Exit, 1)
+	ch := make(chan child.Exit, 1)
 	r.waiting[pid] = ch
 	return pid, ch, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/internal/fspath"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -73,7 +74,7 @@ func stagingLeft(t *testing.T, dir string) []string {
 	}
 	var left []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), agent.StagingPrefix) {
+		if strings.HasPrefix(e.Name(), fspath.StagingPrefix) {
 			left = append(left, e.Name())
 		}
 	}

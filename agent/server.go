@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
+	"github.com/berth-sh/berth/agent/forward"
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/interp"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -50,14 +51,14 @@ type Server struct {
 	cfg  Config
 	mux  *http.ServeMux
 	http *http.Server
+	// procs is set by registerProcessRoutes; file calls that name a
+	// session read its cwd and user through it (filescope.go).
+	procs *procManager
 }
 
-// Request body limits. Exec carries stdin inline, base64 in JSON, so its
-// limit is large; everything else is small.
-const (
-	maxExecBody  = 64 << 20
-	maxSmallBody = 64 << 10
-)
+// maxExecBody bounds an exec request. Exec carries stdin inline, base64 in
+// JSON, so its limit is large; everything else is httpio.MaxSmallBody.
+const maxExecBody = 64 << 20
 
 // NewServer returns a Server for cfg.
 func NewServer(cfg Config) (*Server, error) {
@@ -96,7 +97,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.registerProcessRoutes() // processes, sessions, git (process.go)
 	s.addArchiveRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errdefs.NotFound("no agent endpoint %s %s", r.Method, r.URL.Path))
+		httpio.WriteError(w, errdefs.NotFound("no agent endpoint %s %s", r.Method, r.URL.Path))
 	})
 	s.http = &http.Server{
 		Handler:           s.mux,
@@ -105,9 +106,22 @@ func NewServer(cfg Config) (*Server, error) {
 		IdleTimeout:       10 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
-	s.addStreamRoutes()  // terminals and file watches; needs s.http
-	s.addForwardRoutes() // port tunnel for preview URLs (forward.go); needs s.http
-	s.addInterpRoutes()  // code contexts (interp.go); needs s.http
+	s.addStreamRoutes() // terminals and file watches; needs s.http
+	// The port tunnel for preview URLs; hijacked, so ended on shutdown.
+	tunnels := forward.New()
+	s.http.RegisterOnShutdown(tunnels.CloseAll)
+	s.mux.HandleFunc("GET /v1/forward", tunnels.Handle)
+	// Code contexts: their interpreters are stopped on shutdown.
+	contexts := interp.New(interp.Config{
+		Prepare: s.prepareWithCredential, Start: s.startCommand,
+		User: s.userHome, HasProgram: s.hasProgram, Heartbeat: s.cfg.HeartbeatInterval,
+	})
+	s.mux.HandleFunc("POST /v1/code/contexts", contexts.HandleCreate)
+	s.mux.HandleFunc("GET /v1/code/contexts", contexts.HandleList)
+	s.mux.HandleFunc("DELETE /v1/code/contexts/{id}", contexts.HandleDelete)
+	s.mux.HandleFunc("POST /v1/code/contexts/{id}/restart", contexts.HandleRestart)
+	s.mux.HandleFunc("POST /v1/code/run", contexts.HandleRun)
+	s.http.RegisterOnShutdown(contexts.CloseAll)
 	return s, nil
 }
 
@@ -163,80 +177,7 @@ func Listen(path string) (net.Listener, error) {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version, Protocol: ProtocolVersion})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, fmt.Errorf("encode response: %w", err))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(data)
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		err = errdefs.InvalidArgument("request body exceeds %d bytes", tooBig.Limit)
-	}
-	writeJSON(w, api.HTTPStatus(err), api.ErrorBody(err))
-}
-
-// decodeJSON reads a bounded JSON request body into v. The body must be
-// valid UTF-8: encoding/json would silently turn invalid bytes into U+FFFD,
-// so a path like "/tmp/\xff" would name a different file than was asked for.
-func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return err
-		}
-		return errdefs.InvalidArgument("reading request body: %v", err)
-	}
-	if !utf8.Valid(data) {
-		return errdefs.InvalidArgument("request body is not valid UTF-8")
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return errdefs.InvalidArgument("invalid JSON request body: %v", err)
-	}
-	return nil
-}
-
-// maxPath is PATH_MAX; longer paths are refused before any syscall.
-const maxPath = 4096
-
-// checkPath rejects paths that no file API should accept: empty, longer
-// than PATH_MAX, holding NUL (which would truncate the path at the syscall
-// boundary) or not UTF-8 (checklist #7).
-func checkPath(p string) error {
-	switch {
-	case p == "":
-		return errdefs.InvalidArgument("path is empty")
-	case len(p) > maxPath:
-		return errdefs.InvalidArgument("path is longer than %d bytes", maxPath)
-	case strings.IndexByte(p, 0) >= 0:
-		return errdefs.InvalidArgument("path contains a NUL byte")
-	case !utf8.ValidString(p):
-		return errdefs.InvalidArgument("path is not valid UTF-8")
-	}
-	return nil
-}
-
-// resolvePath validates p and makes it absolute: relative paths are relative
-// to home. The result is lexically cleaned; symlinks are left to the kernel,
-// which resolves them inside the sandbox's root.
-func resolvePath(p, home string) (string, error) {
-	if err := checkPath(p); err != nil {
-		return "", err
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(home, p)
-	}
-	return filepath.Clean(p), nil
+	httpio.WriteJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version, Protocol: wire.ProtocolVersion})
 }
 
 // pathParam reads and resolves a path query parameter.
@@ -245,46 +186,9 @@ func (s *Server) pathParam(r *http.Request, name string) (string, error) {
 	if _, ok := q[name]; !ok {
 		return "", errdefs.InvalidArgument("missing %s parameter", name)
 	}
-	return resolvePath(q.Get(name), s.defaultAccount().home)
-}
-
-// fsError turns a filesystem error into an errdefs kind with a message that
-// names the path the user gave.
-func fsError(op, path string, err error) error {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		if errdefs.Code(err) != "internal" {
-			return err
-		}
-		return fmt.Errorf("%s %s: %w", op, path, err)
+	sc, err := s.fileScope(r)
+	if err != nil {
+		return "", err
 	}
-	switch errno {
-	case syscall.ENOENT:
-		return errdefs.NotFound("%s %s: no such file or directory", op, path)
-	case syscall.EEXIST:
-		return errdefs.AlreadyExists("%s %s: file exists", op, path)
-	case syscall.ENOTDIR:
-		return errdefs.InvalidArgument("%s %s: a path component is not a directory", op, path)
-	case syscall.EISDIR:
-		return errdefs.InvalidArgument("%s %s: is a directory", op, path)
-	case syscall.EINVAL:
-		return errdefs.InvalidArgument("%s %s: invalid argument", op, path)
-	case syscall.ENAMETOOLONG:
-		return errdefs.InvalidArgument("%s %s: file name too long", op, path)
-	case syscall.ELOOP:
-		return errdefs.InvalidArgument("%s %s: too many levels of symbolic links", op, path)
-	case syscall.ENOTEMPTY:
-		return errdefs.FailedPrecondition("%s %s: directory not empty", op, path)
-	case syscall.EXDEV:
-		return errdefs.FailedPrecondition("%s %s: cannot move across filesystems", op, path)
-	case syscall.EBUSY:
-		return errdefs.FailedPrecondition("%s %s: device or resource busy", op, path)
-	case syscall.EACCES, syscall.EPERM:
-		return errdefs.PermissionDenied("%s %s: permission denied", op, path)
-	case syscall.EROFS:
-		return errdefs.PermissionDenied("%s %s: read-only file system", op, path)
-	case syscall.ENOSPC, syscall.EDQUOT:
-		return errdefs.ResourceExhausted("%s %s: no space left on device", op, path)
-	}
-	return errdefs.Internal("%s %s: %v", op, path, errno)
+	return fspath.Resolve(q.Get(name), sc.base)
 }

@@ -12,7 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/internal/child"
+	"github.com/berth-sh/berth/agent/internal/fspath"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -35,6 +38,11 @@ type session struct {
 	mu      sync.Mutex
 	sh      *shell
 	deleted bool
+	// defaultTimeout applies to a command that sets no timeoutMs; 0: none.
+	defaultTimeout time.Duration
+	// cwd is the shell's directory after its last command ("" before the
+	// first, and after a restart).
+	cwd string
 	// pending is a restart notice not yet shown to the user (the restart
 	// happened in an internal command).
 	pending string
@@ -72,7 +80,7 @@ func (sess *session) ensureShell() (sh *shell, restarted bool, notice string, er
 	if err != nil {
 		return nil, false, "", err
 	}
-	sess.sh = sh
+	sess.sh, sess.cwd = sh, "" // a new shell starts in sess.dir
 	return sh, restarted, notice, nil
 }
 
@@ -89,7 +97,7 @@ func (sess *session) snapshot(ctx context.Context) (string, map[string]string, e
 	}
 	var out bytes.Buffer
 	for c := range run.out {
-		if c.t == frame.Stdout && out.Len() < 8<<20 {
+		if c.t == wire.Stdout && out.Len() < 8<<20 {
 			out.Write(c.p)
 		}
 	}
@@ -126,12 +134,19 @@ func (sess *session) snapshot(ctx context.Context) (string, map[string]string, e
 func (sess *session) info() api.SessionInfo {
 	sess.mu.Lock()
 	sh := sess.sh
+	timeout := sess.defaultTimeout
+	cwd := sess.cwd
 	sess.mu.Unlock()
-	in := api.SessionInfo{ID: sess.id, Shell: sess.shellPath, User: sess.acct.name, Cwd: sess.dir, CreatedAt: sess.createdAt}
+	in := api.SessionInfo{ID: sess.id, Shell: sess.shellPath, User: sess.acct.name, Cwd: sess.dir, CreatedAt: sess.createdAt,
+		DefaultTimeoutMs: timeout.Milliseconds()}
 	if sh != nil && sh.alive() {
 		in.PID, in.Alive = sh.pid, true
-		if cwd, err := os.Readlink("/proc/" + strconv.Itoa(sh.pid) + "/cwd"); err == nil {
+		if cwd != "" {
+			// Recorded after each command: reading /proc/PID/cwd needs
+			// ptrace access, which a sandbox's agent may not have.
 			in.Cwd = cwd
+		} else if c, err := os.Readlink("/proc/" + strconv.Itoa(sh.pid) + "/cwd"); err == nil {
+			in.Cwd = c
 		}
 	}
 	return in
@@ -139,16 +154,16 @@ func (sess *session) info() api.SessionInfo {
 
 func (m *procManager) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSessionRequest
-	if err := decodeJSON(w, r, maxSmallBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpio.DecodeJSON(w, r, httpio.MaxSmallBody, &req); err != nil {
+		httpio.WriteError(w, err)
 		return
 	}
 	sess, err := m.createSession(&req)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sess.info())
+	httpio.WriteJSON(w, http.StatusCreated, sess.info())
 }
 
 func (m *procManager) createSession(req *api.CreateSessionRequest) (*session, error) {
@@ -156,9 +171,12 @@ func (m *procManager) createSession(req *api.CreateSessionRequest) (*session, er
 		return nil, errdefs.InvalidArgument("invalid session id %q: use letters, digits, '.', '_' and '-' (at most 128)", req.ID)
 	}
 	for k := range req.Env {
-		if !validShellName(k) {
+		if !child.ValidShellName(k) {
 			return nil, errdefs.InvalidArgument("invalid environment variable name %q", k)
 		}
+	}
+	if req.DefaultTimeoutMs < 0 || req.DefaultTimeoutMs > child.MaxTimeoutMs {
+		return nil, errdefs.InvalidArgument("defaultTimeoutMs %d out of range [0, %d]", req.DefaultTimeoutMs, int64(child.MaxTimeoutMs))
 	}
 	plan, err := m.s.prepareExec(&api.ExecRequest{Argv: []string{"sh"}, Cwd: req.Cwd, Env: req.Env, User: req.User})
 	if err != nil {
@@ -179,6 +197,7 @@ func (m *procManager) createSession(req *api.CreateSessionRequest) (*session, er
 	sess := &session{
 		m: m, id: req.ID, acct: plan.acct, shellPath: shellPath, env: plan.env, dir: plan.dir,
 		createdAt: time.Now(), slot: make(chan struct{}, 1),
+		defaultTimeout: time.Duration(req.DefaultTimeoutMs) * time.Millisecond,
 	}
 	if sess.id == "" {
 		sess.id = newID()
@@ -216,16 +235,16 @@ func (m *procManager) handleListSessions(w http.ResponseWriter, r *http.Request)
 	for _, s := range all {
 		res.Sessions = append(res.Sessions, s.info())
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpio.WriteJSON(w, http.StatusOK, res)
 }
 
 func (m *procManager) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	sess, err := m.session(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sess.info())
+	httpio.WriteJSON(w, http.StatusOK, sess.info())
 }
 
 // handleDeleteSession removes the session, kills the background processes
@@ -233,7 +252,7 @@ func (m *procManager) handleGetSession(w http.ResponseWriter, r *http.Request) {
 func (m *procManager) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	grace, err := parseGrace(r)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	id := r.PathValue("id")
@@ -242,7 +261,7 @@ func (m *procManager) handleDeleteSession(w http.ResponseWriter, r *http.Request
 	delete(m.sessions, id)
 	m.mu.Unlock()
 	if sess == nil {
-		writeError(w, errdefs.NotFound("no session %q", id))
+		httpio.WriteError(w, errdefs.NotFound("no session %q", id))
 		return
 	}
 	sess.mu.Lock()
@@ -268,24 +287,24 @@ func (m *procManager) handleDeleteSession(w http.ResponseWriter, r *http.Request
 func (m *procManager) handleSessionExec(w http.ResponseWriter, r *http.Request) {
 	sess, err := m.session(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	var req api.ExecRequest
-	if err := decodeJSON(w, r, maxExecBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpio.DecodeJSON(w, r, maxExecBody, &req); err != nil {
+		httpio.WriteError(w, err)
 		return
 	}
 	c, err := sess.command(&req)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	quit := make(chan struct{})
 	defer close(quit)
 	run, err := sess.run(r.Context(), c, quit)
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	fs := startFrames(w)
@@ -297,9 +316,9 @@ func (m *procManager) handleSessionExec(w http.ResponseWriter, r *http.Request) 
 		case ch, ok := <-run.out:
 			if !ok {
 				if run.err != nil {
-					fs.sendJSON(frame.Error, api.ErrorBody(run.err))
+					fs.sendJSON(wire.Error, api.ErrorBody(run.err))
 				} else {
-					fs.sendJSON(frame.Exit, run.result)
+					fs.sendJSON(wire.Exit, run.result)
 				}
 				return
 			}
@@ -308,7 +327,7 @@ func (m *procManager) handleSessionExec(w http.ResponseWriter, r *http.Request) 
 			}
 			hb.Reset(hbEvery)
 		case <-hb.C:
-			if !fs.send(frame.Heartbeat, nil, true) {
+			if !fs.send(wire.Heartbeat, nil, true) {
 				return
 			}
 			hb.Reset(hbEvery)
@@ -325,7 +344,7 @@ func (sess *session) command(req *api.ExecRequest) (shellCommand, error) {
 		}
 		q := make([]string, len(req.Argv))
 		for i, a := range req.Argv {
-			q[i] = shellQuote(a)
+			q[i] = child.ShellQuote(a)
 		}
 		c.text = strings.Join(q, " ")
 	}
@@ -338,20 +357,23 @@ func (sess *session) command(req *api.ExecRequest) (shellCommand, error) {
 	if req.User != "" && req.User != sess.acct.name {
 		return c, errdefs.InvalidArgument("session %s runs as %s; user %q cannot be chosen per command", sess.id, sess.acct.name, req.User)
 	}
-	for k, v := range req.Env {
-		if !validShellName(k) || strings.IndexByte(v, 0) >= 0 {
-			return c, errdefs.InvalidArgument("invalid environment variable %q", k)
-		}
+	if err := checkSessionEnv(req.Env); err != nil {
+		return c, err
 	}
 	if req.Cwd != "" {
-		if err := checkPath(req.Cwd); err != nil {
+		if err := fspath.Check(req.Cwd); err != nil {
 			return c, err
 		}
 		c.cwd = req.Cwd // relative to the session's cwd, as in a shell
 	}
-	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
-		return c, errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", req.TimeoutMs, int64(maxTimeoutMs))
+	if req.TimeoutMs < 0 || req.TimeoutMs > child.MaxTimeoutMs {
+		return c, errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", req.TimeoutMs, int64(child.MaxTimeoutMs))
 	}
 	c.timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	if c.timeout == 0 {
+		sess.mu.Lock()
+		c.timeout = sess.defaultTimeout // the session's default, 0: none
+		sess.mu.Unlock()
+	}
 	return c, nil
 }

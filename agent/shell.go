@@ -14,7 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/internal/child"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -54,7 +55,7 @@ type shell struct {
 
 	mu     sync.Mutex
 	reaped bool
-	exit   Exit
+	exit   child.Exit
 	diag   []byte // the tail of the shell's own stdout/stderr
 }
 
@@ -73,7 +74,7 @@ func (sess *session) startShell() (*shell, error) {
 					f.Close()
 				}
 			}
-			return nil, errdefs.ResourceExhausted("create pipe: %v", err)
+			return nil, errdefs.ResourceExhausted("create pipe: %w", err)
 		}
 	}
 	inR, inW, stR, stW, dgR, dgW := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4], pipes[5]
@@ -95,7 +96,7 @@ func (sess *session) startShell() (*shell, error) {
 		inW.Close()
 		stR.Close()
 		dgR.Close()
-		return nil, errdefs.Internal("start session shell %s: %v", sess.shellPath, err)
+		return nil, errdefs.Internal("start session shell %s: %w", sess.shellPath, err)
 	}
 	sh := &shell{pid: pid, path: sess.shellPath, stdin: inW, status: make(chan string, 4), exited: make(chan struct{})}
 	go func() {
@@ -150,7 +151,7 @@ func (sh *shell) kill() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !sh.reaped {
-		killTree(sh.pid)
+		child.KillTree(sh.pid)
 	}
 }
 
@@ -161,7 +162,7 @@ func (sh *shell) describeExit() string {
 	if sh.exit.Lost {
 		return "its exit status was lost"
 	}
-	es := exitStatus(sh.exit.Status)
+	es := child.ExitStatus(sh.exit.Status)
 	d := "exit code " + strconv.Itoa(es.ExitCode)
 	if es.Signal != "" {
 		d = "killed by " + es.Signal
@@ -175,29 +176,11 @@ func (sh *shell) describeExit() string {
 	return d
 }
 
-// shellQuote quotes s for a POSIX shell. s holds no NUL (checked).
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// validShellName matches a variable name a shell can export.
-func validShellName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
 // shellCommand is one command to run in a session.
 type shellCommand struct {
 	text    string
-	cwd     string            // run in a subshell there (does not persist)
-	env     map[string]string // exported in a subshell (does not persist)
+	cwd     string  // run in a subshell there (does not persist)
+	env     api.Env // exported (or unset, for null) in a subshell (does not persist)
 	stdin   []byte
 	timeout time.Duration
 }
@@ -218,7 +201,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 	select {
 	case sess.slot <- struct{}{}:
 	case <-ctx.Done():
-		return nil, errdefs.Unavailable("session %s: gave up waiting for the previous command: %v", sess.id, ctx.Err())
+		return nil, errdefs.Unavailable("session %s: gave up waiting for the previous command: %w", sess.id, ctx.Err())
 	}
 	release := func() { <-sess.slot }
 	sh, restarted, notice, err := sess.ensureShell()
@@ -229,7 +212,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 	dir, err := os.MkdirTemp("", "berth-cmd-")
 	if err != nil {
 		release()
-		return nil, errdefs.Internal("session %s: create command directory: %v", sess.id, err)
+		return nil, errdefs.Internal("session %s: create command directory: %w", sess.id, err)
 	}
 	cleanup := func() { os.RemoveAll(dir) }
 	fail := func(err error) (*shellRun, error) {
@@ -252,7 +235,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 	if len(c.stdin) > 0 {
 		stdin = filepath.Join(dir, "stdin")
 		if err := os.WriteFile(stdin, c.stdin, 0o600); err != nil {
-			return fail(errdefs.Internal("session %s: write stdin: %v", sess.id, err))
+			return fail(errdefs.Internal("session %s: write stdin: %w", sess.id, err))
 		}
 	}
 	// Readers are opened non-blocking (no writer yet), and the agent holds
@@ -270,7 +253,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		p := filepath.Join(dir, name)
 		if err := syscall.Mkfifo(p, 0o600); err != nil {
 			closeAll()
-			return fail(errdefs.Internal("session %s: mkfifo: %v", sess.id, err))
+			return fail(errdefs.Internal("session %s: mkfifo: %w", sess.id, err))
 		}
 		const flags = syscall.O_NONBLOCK | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
 		if readers[i], err = os.OpenFile(p, os.O_RDONLY|flags, 0); err == nil {
@@ -284,7 +267,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		}
 		if err != nil {
 			closeAll()
-			return fail(errdefs.Internal("session %s: open fifo: %v", sess.id, err))
+			return fail(errdefs.Internal("session %s: open fifo: %w", sess.id, err))
 		}
 	}
 	for _, p := range []string{filepath.Join(dir, "out"), filepath.Join(dir, "err"), stdin, dir} {
@@ -293,7 +276,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		}
 		if err := chown(p); err != nil {
 			closeAll()
-			return fail(errdefs.Internal("session %s: %v", sess.id, err))
+			return fail(errdefs.Internal("session %s: %w", sess.id, err))
 		}
 	}
 	var body string
@@ -301,21 +284,19 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		var b strings.Builder
 		b.WriteString("(")
 		if c.cwd != "" {
-			b.WriteString(" cd -- " + shellQuote(c.cwd) + " || exit 1\n")
+			b.WriteString(" cd -- " + child.ShellQuote(c.cwd) + " || exit 1\n")
 		}
-		for k, v := range c.env {
-			b.WriteString(" export " + k + "=" + shellQuote(v) + "\n")
-		}
-		b.WriteString(" eval " + shellQuote(c.text) + "\n)")
+		b.WriteString(envScript(c.env))
+		b.WriteString(" eval " + child.ShellQuote(c.text) + "\n)")
 		body = b.String()
 	} else {
-		body = "eval " + shellQuote(c.text)
+		body = "eval " + child.ShellQuote(c.text)
 	}
 	var tok [16]byte
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
-	script := fmt.Sprintf("{ %s\n} <%s >%s 2>%s 3>&-; command printf '%s %%d\\n' \"$?\" >&3\n",
-		body, shellQuote(stdin), shellQuote(filepath.Join(dir, "out")), shellQuote(filepath.Join(dir, "err")), token)
+	script := fmt.Sprintf("{ %s\n} <%s >%s 2>%s 3>&-; command printf '%s %%d %%s\\n' \"$?\" \"$PWD\" >&3\n",
+		body, child.ShellQuote(stdin), child.ShellQuote(filepath.Join(dir, "out")), child.ShellQuote(filepath.Join(dir, "err")), token)
 
 	before := shellChildren(sh.pid)
 	start := time.Now()
@@ -335,8 +316,8 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		defer close(run.out)
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go pump(readers[0], frame.Stdout, run.out, quit, &wg)
-		go pump(readers[1], frame.Stderr, run.out, quit, &wg)
+		go pump(readers[0], wire.Stdout, run.out, quit, &wg)
+		go pump(readers[1], wire.Stderr, run.out, quit, &wg)
 		var timeoutC <-chan time.Time
 		if c.timeout > 0 {
 			t := time.NewTimer(c.timeout)
@@ -347,7 +328,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 		ended := time.Now()
 		writers[0].Close()
 		writers[1].Close()
-		d := time.Now().Add(drainDelay)
+		d := time.Now().Add(child.DrainDelay)
 		readers[0].SetReadDeadline(d)
 		readers[1].SetReadDeadline(d)
 		wg.Wait()
@@ -366,7 +347,7 @@ func (sess *session) run(ctx context.Context, c shellCommand, quit <-chan struct
 				run.err = errdefs.Internal("session %s: the shell's exit status was lost", sess.id)
 				return
 			}
-			es := exitStatus(e.Status)
+			es := child.ExitStatus(e.Status)
 			run.result.ExitCode, run.result.Signal = es.ExitCode, es.Signal
 			run.result.ShellExited = true
 			run.result.Notice = strings.TrimSpace(run.result.Notice + " The command ended the session's shell (" +
@@ -391,22 +372,16 @@ func (sess *session) await(ctx context.Context, sh *shell, token string, timeout
 				st = nil // only the shell's exit can end the command now
 				continue
 			}
-			tokn, rc, found := strings.Cut(line, " ")
-			if !found || tokn != token {
+			n, ok := sess.parseStatus(line, token)
+			if !ok {
 				continue // not ours (a command wrote to fd 3 another way)
-			}
-			n, err := strconv.Atoi(rc)
-			if err != nil {
-				continue
 			}
 			return n, false, timedOut
 		case <-sh.exited:
 			// Drain a status written just before the shell exited.
 			for line := range sh.status {
-				if tokn, rc, _ := strings.Cut(line, " "); tokn == token {
-					if n, err := strconv.Atoi(rc); err == nil {
-						return n, false, timedOut
-					}
+				if n, ok := sess.parseStatus(line, token); ok {
+					return n, false, timedOut
 				}
 			}
 			return 0, true, timedOut
@@ -429,6 +404,26 @@ func (sess *session) await(ctx context.Context, sh *shell, token string, timeout
 	}
 }
 
+// parseStatus reads a command's status line, "token code cwd", and records
+// the shell's cwd after the command (see sessionCwd in filescope.go).
+func (sess *session) parseStatus(line, token string) (int, bool) {
+	tokn, rest, found := strings.Cut(line, " ")
+	if !found || tokn != token {
+		return 0, false
+	}
+	rc, cwd, _ := strings.Cut(rest, " ")
+	n, err := strconv.Atoi(rc)
+	if err != nil {
+		return 0, false
+	}
+	if strings.HasPrefix(cwd, "/") {
+		sess.mu.Lock()
+		sess.cwd = cwd
+		sess.mu.Unlock()
+	}
+	return n, true
+}
+
 // stopCommand kills the trees of the shell's children that the current
 // command started, and returns when to give up on the shell.
 func (sess *session) stopCommand(sh *shell, before map[treeMember]bool) <-chan time.Time {
@@ -436,7 +431,7 @@ func (sess *session) stopCommand(sh *shell, before map[treeMember]bool) <-chan t
 	if !sh.reaped {
 		for m := range shellChildren(sh.pid) {
 			if !before[m] && m.alive() {
-				killTree(m.pid)
+				child.KillTree(m.pid)
 			}
 		}
 	}
@@ -458,7 +453,7 @@ func shellChildren(pid int) map[treeMember]bool {
 			}
 		}
 	} else {
-		kids = scanChildren()[pid]
+		kids = child.Children()[pid]
 	}
 	out := make(map[treeMember]bool)
 	for _, c := range kids {

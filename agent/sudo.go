@@ -175,7 +175,7 @@ func (s *Server) handleSudo(c *net.UnixConn) {
 		fail("sudo: %s: %v", argv[0], err)
 		return
 	}
-	log.Printf("sudo: %s (uid %d) ran %q as %s", caller.name, cred.Uid, argv, target.name)
+	log.Printf("sudo: %s (uid %d) ran %s as %s", caller.name, cred.Uid, logArgv(argv), target.name)
 	go func() { // signals forwarded by the client
 		sc := bufio.NewScanner(c)
 		for sc.Scan() {
@@ -292,3 +292,14 @@ func envValue(env []string, k string) string {
 
 // errSudoUsage is returned by ParseSudoArgs for a usage error.
 var errSudoUsage = errors.New("usage: sudo [-EHins] [-u user] [command [arg ...]]")
+
+// setEnv replaces or adds k in a KEY=VALUE list.
+func setEnv(env []string, k, v string) []string {
+	for i, kv := range env {
+		if strings.HasPrefix(kv, k+"=") {
+			env[i] = k + "=" + v
+			return env
+		}
+	}
+	return append(env, k+"="+v)
+}

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/internal/child"
+	"github.com/berth-sh/berth/agent/internal/httpio"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -56,12 +58,12 @@ func (s *Server) slowJSON(w http.ResponseWriter, r *http.Request, fn func(ctx co
 				env = envelope{Error: &e}
 			}
 			data, _ := json.Marshal(env)
-			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			rc.SetWriteDeadline(time.Now().Add(httpio.WriteTimeout))
 			w.Write(data)
 			rc.Flush()
 			return
 		case <-hb.C:
-			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			rc.SetWriteDeadline(time.Now().Add(httpio.WriteTimeout))
 			if _, err := w.Write([]byte("\n")); err != nil {
 				return // fn sees the cancelled context
 			}
@@ -71,8 +73,8 @@ func (s *Server) slowJSON(w http.ResponseWriter, r *http.Request, fn func(ctx co
 }
 
 func checkTimeoutMs(timeoutMs int64) error {
-	if timeoutMs < 0 || timeoutMs > maxTimeoutMs {
-		return errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", timeoutMs, int64(maxTimeoutMs))
+	if timeoutMs < 0 || timeoutMs > child.MaxTimeoutMs {
+		return errdefs.InvalidArgument("timeoutMs %d out of range [0, %d]", timeoutMs, int64(child.MaxTimeoutMs))
 	}
 	return nil
 }
@@ -91,7 +93,7 @@ func waitEnded(ctx context.Context, format string, args ...any) error {
 	if ctx.Err() == context.DeadlineExceeded {
 		return errdefs.New(errdefs.ErrDeadlineExceeded, format, args...)
 	}
-	return errdefs.Unavailable("wait cancelled: %v", ctx.Err())
+	return errdefs.Unavailable("wait cancelled: %w", ctx.Err())
 }
 
 func (p *process) exitedBeforeReady() error {
@@ -102,10 +104,10 @@ func (p *process) exitedBeforeReady() error {
 func (m *procManager) decodeWait(w http.ResponseWriter, r *http.Request, req any) (*process, bool) {
 	p, err := m.get(r.PathValue("id"))
 	if err == nil {
-		err = decodeJSON(w, r, maxSmallBody, req)
+		err = httpio.DecodeJSON(w, r, httpio.MaxSmallBody, req)
 	}
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return nil, false
 	}
 	return p, true
@@ -122,7 +124,7 @@ func (m *procManager) handleWaitLog(w http.ResponseWriter, r *http.Request) {
 		err = checkTimeoutMs(req.TimeoutMs)
 	}
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	m.s.slowJSON(w, r, func(ctx context.Context) (any, error) {
@@ -148,7 +150,7 @@ func logMatcher(pattern string, isRegex bool) (func(string) []string, error) {
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return nil, errdefs.InvalidArgument("invalid regular expression %q: %v", pattern, err)
+		return nil, errdefs.InvalidArgument("invalid regular expression %q: %w", pattern, err)
 	}
 	return re.FindStringSubmatch, nil
 }
@@ -157,7 +159,7 @@ func logMatcher(pattern string, isRegex bool) (func(string) []string, error) {
 // stream, for the first line that matches.
 func (p *process) waitLog(ctx context.Context, pattern string, match func(string) []string) (*api.WaitLogResult, error) {
 	var partial [2][]byte
-	try := func(t frame.Type, line []byte) *api.WaitLogResult {
+	try := func(t wire.FrameType, line []byte) *api.WaitLogResult {
 		s := string(bytes.TrimSuffix(line, []byte("\r")))
 		if g := match(s); g != nil {
 			res := &api.WaitLogResult{Line: s, Stream: t.String()}
@@ -177,7 +179,7 @@ func (p *process) waitLog(ctx context.Context, pattern string, match func(string
 		for _, c := range chunks {
 			after = c.seq
 			i := 0
-			if c.t == frame.Stderr {
+			if c.t == wire.Stderr {
 				i = 1
 			}
 			data := c.p
@@ -206,7 +208,7 @@ func (p *process) waitLog(ctx context.Context, pattern string, match func(string
 		}
 		if ended {
 			// The last line may have no newline.
-			for i, t := range []frame.Type{frame.Stdout, frame.Stderr} {
+			for i, t := range []wire.FrameType{wire.Stdout, wire.Stderr} {
 				if len(partial[i]) > 0 {
 					if res := try(t, partial[i]); res != nil {
 						return res, nil
@@ -234,7 +236,7 @@ func (m *procManager) handleWaitPort(w http.ResponseWriter, r *http.Request) {
 		err = checkTimeoutMs(req.TimeoutMs)
 	}
 	if err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	m.s.slowJSON(w, r, func(ctx context.Context) (any, error) {
@@ -358,7 +360,7 @@ func (m *procManager) handleWaitExit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := checkTimeoutMs(req.TimeoutMs); err != nil {
-		writeError(w, err)
+		httpio.WriteError(w, err)
 		return
 	}
 	m.s.slowJSON(w, r, func(ctx context.Context) (any, error) {

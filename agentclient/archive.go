@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -27,7 +27,7 @@ type ArchiveOptions struct {
 }
 
 // ArchiveResult reports what WriteArchive restored.
-type ArchiveResult = agent.ArchiveResult
+type ArchiveResult = wire.ArchiveResult
 
 // WriteArchiveOptions tunes WriteArchive.
 type WriteArchiveOptions struct {
@@ -68,7 +68,7 @@ func (c *Client) ReadArchive(ctx context.Context, dir string, opts ArchiveOption
 	if err != nil {
 		wd.Stop()
 		cancel(nil)
-		return nil, errdefs.InvalidArgument("build request: %v", err)
+		return nil, errdefs.InvalidArgument("build request: %w", err)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -84,7 +84,7 @@ func (c *Client) ReadArchive(ctx context.Context, dir string, opts ArchiveOption
 		cancel(nil)
 		return nil, err
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != agent.ArchiveContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != wire.ArchiveContentType {
 		resp.Body.Close()
 		cancel(nil)
 		return nil, errdefs.Unavailable("sandbox agent protocol error: archive answered with content type %q", ct)
@@ -198,10 +198,10 @@ func (c *Client) WriteArchiveWith(ctx context.Context, dir string, r io.Reader, 
 	body := &uploadReader{r: r, wd: wd, stall: stall}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, endpoint("/v1/archive", q), body)
 	if err != nil {
-		return ArchiveResult{}, errdefs.InvalidArgument("build request: %v", err)
+		return ArchiveResult{}, errdefs.InvalidArgument("build request: %w", err)
 	}
 	req.ContentLength = -1
-	req.Header.Set("Content-Type", agent.ArchiveContentType)
+	req.Header.Set("Content-Type", wire.ArchiveContentType)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if serr := body.sourceErr(); serr != nil {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -47,7 +47,7 @@ func archiveAgent(t *testing.T, h http.HandlerFunc) *Client {
 
 func serveTar(data []byte) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", agent.ArchiveContentType)
+		w.Header().Set("Content-Type", wire.ArchiveContentType)
 		w.Write(data)
 	}
 }
@@ -117,7 +117,7 @@ func TestReadArchiveStall(t *testing.T) {
 	data := testTar(t, true, 4<<20) // more than the socket buffers hold
 	c := archiveAgent(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("path") == "/hang" {
-			w.Header().Set("Content-Type", agent.ArchiveContentType)
+			w.Header().Set("Content-Type", wire.ArchiveContentType)
 			w.Write(data[:4096])
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()

@@ -12,7 +12,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -52,6 +52,14 @@ func New(socketPath string) *Client {
 	return newClient(socketPath, dialPinned)
 }
 
+// NewDialer returns a client whose connections come from dial: a remote
+// node's tunnel to the agent (package node/remote). The peer is still the
+// untrusted agent, so every bound of this package applies. name labels
+// errors.
+func NewDialer(name string, dial func(ctx context.Context) (net.Conn, error)) *Client {
+	return newClient(name, func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) })
+}
+
 func newClient(socketPath string, dial func(context.Context, string) (net.Conn, error)) *Client {
 	c := &Client{socket: socketPath}
 	c.tr = &http.Transport{
@@ -78,6 +86,18 @@ func newClient(socketPath string, dial func(context.Context, string) (net.Conn, 
 
 // Close drops pooled connections.
 func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// Dial opens one raw connection to the agent with the client's own dialer
+// (for a socket, the pinned dial that refuses a planted symlink). A remote
+// node splices it to the control plane's tunnel (package node/remote); the
+// caller closes it.
+func (c *Client) Dial(ctx context.Context) (net.Conn, error) {
+	conn, err := c.tr.DialContext(ctx, "unix", "agent")
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	return conn, nil
+}
 
 func (c *Client) stallTimeout() time.Duration {
 	if c.StallTimeout > 0 {
@@ -119,7 +139,7 @@ func (c *Client) do(ctx context.Context, req *http.Request) (*http.Response, err
 func (c *Client) transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return errdefs.Unavailable("sandbox agent did not answer in time: %v", ctx.Err())
+			return errdefs.Unavailable("sandbox agent did not answer in time: %w", ctx.Err())
 		}
 		return fmt.Errorf("sandbox agent call: %w", ctx.Err())
 	}
@@ -127,14 +147,14 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	if errors.As(err, &kind) { // from dialPinned
 		return kind
 	}
-	return errdefs.Unavailable("sandbox agent unreachable at %s: %v", c.socket, err)
+	return errdefs.Unavailable("sandbox agent unreachable at %s: %w", c.socket, err)
 }
 
 // errorFromResponse decodes a bounded api.Error body back into its kind.
 func errorFromResponse(resp *http.Response) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody+1))
 	if err != nil {
-		return errdefs.Unavailable("sandbox agent returned HTTP %d and the body could not be read: %v", resp.StatusCode, err)
+		return errdefs.Unavailable("sandbox agent returned HTTP %d and the body could not be read: %w", resp.StatusCode, err)
 	}
 	if len(data) > maxErrorBody {
 		return errdefs.Unavailable("sandbox agent returned HTTP %d with an error body over %d bytes", resp.StatusCode, maxErrorBody)
@@ -150,13 +170,13 @@ func errorFromResponse(resp *http.Response) error {
 func decodeBody(body io.Reader, limit int64, v any) error {
 	data, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
-		return errdefs.Unavailable("reading sandbox agent response: %v", err)
+		return errdefs.Unavailable("reading sandbox agent response: %w", err)
 	}
 	if int64(len(data)) > limit {
 		return errdefs.Unavailable("sandbox agent response exceeds %d bytes", limit)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return errdefs.Unavailable("sandbox agent sent invalid JSON: %v", err)
+		return errdefs.Unavailable("sandbox agent sent invalid JSON: %w", err)
 	}
 	return nil
 }
@@ -170,13 +190,13 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	if in != nil {
 		data, err := json.Marshal(in)
 		if err != nil {
-			return errdefs.InvalidArgument("encode request: %v", err)
+			return errdefs.InvalidArgument("encode request: %w", err)
 		}
 		body = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, endpoint(path, q), body)
 	if err != nil {
-		return errdefs.InvalidArgument("build request: %v", err)
+		return errdefs.InvalidArgument("build request: %w", err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -206,8 +226,8 @@ func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, nil, &h, maxErrorBody); err != nil {
 		return api.Health{}, err
 	}
-	if h.Protocol != agent.ProtocolVersion {
-		return h, errdefs.FailedPrecondition("agent protocol %d does not match berth's %d; the sandbox runs a different berth-agent (rebuild the image or restart the sandbox)", h.Protocol, agent.ProtocolVersion)
+	if h.Protocol != wire.ProtocolVersion {
+		return h, errdefs.FailedPrecondition("agent protocol %d does not match berth's %d; the sandbox runs a different berth-agent (rebuild the image or restart the sandbox)", h.Protocol, wire.ProtocolVersion)
 	}
 	if h.Status != "ok" {
 		return h, errdefs.Unavailable("sandbox agent reports status %q", h.Status)
@@ -226,7 +246,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if errdefs.IsKind(err, errdefs.ErrFailedPrecondition) {
 			return err
 		}
 		last = err
@@ -234,7 +254,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errdefs.Unavailable("sandbox agent did not become ready: %v (last error: %v)", ctx.Err(), last)
+			return errdefs.Unavailable("sandbox agent did not become ready: %w (last error: %w)", ctx.Err(), last)
 		case <-t.C:
 		}
 		if delay *= 2; delay > 10*time.Millisecond {

@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -62,7 +61,7 @@ func TestDialRefusesPlantedSymlink(t *testing.T) {
 	hostSock := filepath.Join(hostDir, "docker.sock")
 	fakeAgent(t, hostSock, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
-		healthy(agent.ProtocolVersion)(w, r)
+		healthy(wire.ProtocolVersion)(w, r)
 	}))
 	link := filepath.Join(sandboxDir, "agent.sock")
 	if err := os.Symlink(hostSock, link); err != nil {
@@ -111,7 +110,7 @@ func TestDialRefusesPlantedSymlink(t *testing.T) {
 
 func TestDialPinnedReachesRealSocket(t *testing.T) {
 	sock := filepath.Join(shortDir(t), "agent.sock")
-	fakeAgent(t, sock, healthy(agent.ProtocolVersion))
+	fakeAgent(t, sock, healthy(wire.ProtocolVersion))
 	h, err := New(sock).Health(context.Background())
 	if err != nil || h.Version != "fake" {
 		t.Fatalf("health: %+v %v", h, err)
@@ -120,7 +119,7 @@ func TestDialPinnedReachesRealSocket(t *testing.T) {
 
 func TestProtocolMismatchRefused(t *testing.T) {
 	sock := filepath.Join(shortDir(t), "agent.sock")
-	fakeAgent(t, sock, healthy(agent.ProtocolVersion+1))
+	fakeAgent(t, sock, healthy(wire.ProtocolVersion+1))
 	c := New(sock)
 	_, err := c.Health(context.Background())
 	want := "agent protocol 2 does not match berth's 1"
@@ -148,7 +147,7 @@ func TestWaitReady(t *testing.T) {
 	// The agent appears later.
 	go func() {
 		time.Sleep(30 * time.Millisecond)
-		fakeAgent(t, sock, healthy(agent.ProtocolVersion))
+		fakeAgent(t, sock, healthy(wire.ProtocolVersion))
 	}()
 	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -162,7 +161,7 @@ func streamAgent(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, f
 	t.Helper()
 	sock := filepath.Join(shortDir(t), "agent.sock")
 	fakeAgent(t, sock, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", agent.ExecContentType)
+		w.Header().Set("Content-Type", wire.ExecContentType)
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
 		flush := func() { rc.Flush() }
@@ -176,7 +175,7 @@ func streamAgent(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, f
 
 func TestExecOversizedFrameRejected(t *testing.T) {
 	c := streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
-		w.Write([]byte{byte(frame.Stdout), 0x7f, 0xff, 0xff, 0xff}) // claims 2 GiB
+		w.Write([]byte{byte(wire.Stdout), 0x7f, 0xff, 0xff, 0xff}) // claims 2 GiB
 		w.Write(make([]byte, 4096))
 		flush()
 	})
@@ -191,7 +190,7 @@ func TestExecOversizedFrameRejected(t *testing.T) {
 
 func TestExecStreamEndsWithoutExit(t *testing.T) {
 	c := streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
-		frame.Write(w, frame.Stdout, []byte("partial"))
+		wire.WriteFrame(w, wire.Stdout, []byte("partial"))
 		flush()
 		// The agent dies: the stream ends with no exit frame.
 	})
@@ -206,7 +205,7 @@ func TestExecStreamEndsWithoutExit(t *testing.T) {
 
 	// Cut mid-frame by a hijacked connection closing.
 	c = streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
-		w.Write([]byte{byte(frame.Exit), 0, 0, 0, 100, '{'})
+		w.Write([]byte{byte(wire.Exit), 0, 0, 0, 100, '{'})
 		flush()
 		conn, _, _ := http.NewResponseController(w).Hijack()
 		conn.Close()
@@ -220,7 +219,7 @@ func TestExecStallGivesUp(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	c := streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
-		frame.Write(w, frame.Stdout, []byte("hi"))
+		wire.WriteFrame(w, wire.Stdout, []byte("hi"))
 		flush()
 		select { // then silence: no frames, no heartbeats
 		case <-release:
@@ -256,12 +255,12 @@ func TestExecHeartbeatsKeepStreamAlive(t *testing.T) {
 	c := streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
 		// Heartbeats 20 ms apart for 10× the stall timeout.
 		for i := 0; i < 100; i++ {
-			frame.Write(w, frame.Heartbeat, nil)
+			wire.WriteFrame(w, wire.Heartbeat, nil)
 			flush()
 			time.Sleep(20 * time.Millisecond)
 		}
 		body, _ := json.Marshal(api.ExitStatus{ExitCode: 4})
-		frame.Write(w, frame.Exit, body)
+		wire.WriteFrame(w, wire.Exit, body)
 	})
 	c.StallTimeout = time.Second / 5
 	st, err := c.Exec(context.Background(), api.ExecRequest{Argv: []string{"true"}}, nil, nil)
@@ -273,13 +272,13 @@ func TestExecHeartbeatsKeepStreamAlive(t *testing.T) {
 func TestExecErrorFrameAndUnknownFrame(t *testing.T) {
 	c := streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
 		body, _ := json.Marshal(api.Error{Code: "resource_exhausted", Message: "out of pids"})
-		frame.Write(w, frame.Error, body)
+		wire.WriteFrame(w, wire.Error, body)
 	})
 	if _, err := c.Exec(context.Background(), api.ExecRequest{Argv: []string{"x"}}, nil, nil); !errors.Is(err, errdefs.ErrResourceExhausted) || err.Error() != "out of pids" {
 		t.Fatalf("error frame: %v", err)
 	}
 	c = streamAgent(t, func(w http.ResponseWriter, r *http.Request, flush func()) {
-		frame.Write(w, frame.Type(99), []byte("?"))
+		wire.WriteFrame(w, wire.FrameType(99), []byte("?"))
 	})
 	if _, err := c.Exec(context.Background(), api.ExecRequest{Argv: []string{"x"}}, nil, nil); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("unknown frame: %v", err)
@@ -293,6 +292,9 @@ func TestErrorBodies(t *testing.T) {
 		case "/notfound":
 			w.WriteHeader(http.StatusNotFound)
 			json.NewEncoder(w).Encode(api.Error{Code: "not_found", Message: "stat /notfound: no such file or directory"})
+		case "/full":
+			w.WriteHeader(http.StatusTooManyRequests)
+			json.NewEncoder(w).Encode(api.WireErrorBody(errdefs.NoSpace("write /full: no space left on device")))
 		case "/huge":
 			w.WriteHeader(http.StatusBadRequest)
 			w.Write([]byte(`{"code":"invalid_argument","message":"` + strings.Repeat("a", 1<<20) + `"}`))
@@ -318,6 +320,10 @@ func TestErrorBodies(t *testing.T) {
 	ctx := context.Background()
 	if _, err := c.Stat(ctx, "/notfound"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("not found: %v", err)
+	}
+	// The refinement crosses the socket (the E2B face answers it 507).
+	if _, err := c.Stat(ctx, "/full"); !errdefs.IsKind(err, errdefs.ErrNoSpace) || errdefs.Code(err) != "resource_exhausted" || err.Error() != "write /full: no space left on device" {
+		t.Errorf("full disk: %v (%s)", err, errdefs.WireCode(err))
 	}
 	if _, err := c.Stat(ctx, "/huge"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("huge error body: %v", err)

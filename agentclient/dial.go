@@ -26,12 +26,12 @@ import (
 func dialPinned(ctx context.Context, path string) (net.Conn, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, errdefs.Unavailable("sandbox agent socket %s: %v", path, err)
+		return nil, errdefs.Unavailable("sandbox agent socket %s: %w", path, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, errdefs.Unavailable("sandbox agent socket %s: %v", path, err)
+		return nil, errdefs.Unavailable("sandbox agent socket %s: %w", path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return nil, errdefs.FailedPrecondition("refusing to dial sandbox agent socket %s: it is %s, not a socket (a sandbox may have planted it)", path, fileKind(st.Mode))
@@ -39,7 +39,7 @@ func dialPinned(ctx context.Context, path string) (net.Conn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 	if err != nil {
-		return nil, errdefs.Unavailable("sandbox agent socket %s: %v", path, err)
+		return nil, errdefs.Unavailable("sandbox agent socket %s: %w", path, err)
 	}
 	return conn, nil
 }

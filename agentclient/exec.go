@@ -10,8 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -44,7 +43,7 @@ func (c *Client) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return api.ExitStatus{}, errdefs.InvalidArgument("encode exec request: %v", err)
+		return api.ExitStatus{}, errdefs.InvalidArgument("encode exec request: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -55,7 +54,7 @@ func (c *Client) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint("/v1/exec", nil), nil)
 	if err != nil {
-		return api.ExitStatus{}, errdefs.InvalidArgument("build exec request: %v", err)
+		return api.ExitStatus{}, errdefs.InvalidArgument("build exec request: %w", err)
 	}
 	hreq.GetBody = func() (io.ReadCloser, error) {
 		return io.NopCloser(&kickReader{r: bytes.NewReader(body), kick: kick}), nil
@@ -75,11 +74,11 @@ func (c *Client) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 		}
 		return api.ExitStatus{}, c.streamError(ctx, stall, nil)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != agent.ExecContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != wire.ExecContentType {
 		return api.ExitStatus{}, errdefs.Unavailable("sandbox agent protocol error: exec answered with content type %q", ct)
 	}
 
-	fr := frame.NewReader(resp.Body, frame.MaxRead)
+	fr := wire.NewFrameReader(resp.Body, wire.MaxRead)
 	for {
 		kick()
 		t, p, err := fr.Next()
@@ -87,9 +86,9 @@ func (c *Client) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 			return api.ExitStatus{}, c.streamError(ctx, stall, err)
 		}
 		switch t {
-		case frame.Stdout, frame.Stderr:
+		case wire.Stdout, wire.Stderr:
 			w := stdout
-			if t == frame.Stderr {
+			if t == wire.Stderr {
 				w = stderr
 			}
 			if w == nil {
@@ -100,8 +99,8 @@ func (c *Client) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 			if _, err := w.Write(p); err != nil {
 				return api.ExitStatus{}, fmt.Errorf("exec: writing %s: %w", t, err)
 			}
-		case frame.Heartbeat:
-		case frame.Exit:
+		case wire.Heartbeat:
+		case wire.Exit:
 			var es api.ExitStatus
 			if len(p) > maxErrorBody || json.Unmarshal(p, &es) != nil {
 				return api.ExitStatus{}, errdefs.Unavailable("sandbox agent protocol error: malformed exit frame")
@@ -109,7 +108,7 @@ func (c *Client) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 			// Let the connection go back to the pool.
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 			return es, nil
-		case frame.Error:
+		case wire.Error:
 			var e api.Error
 			if len(p) > maxErrorBody || json.Unmarshal(p, &e) != nil || e.Code == "" {
 				return api.ExitStatus{}, errdefs.Unavailable("sandbox agent protocol error: malformed error frame")
@@ -129,12 +128,12 @@ func (c *Client) streamError(ctx context.Context, stall time.Duration, err error
 	if ctx.Err() != nil {
 		return fmt.Errorf("exec: %w", ctx.Err())
 	}
-	if errors.Is(err, frame.ErrTooLarge) {
-		return errdefs.Unavailable("sandbox agent protocol error: %v", err)
+	if errors.Is(err, wire.ErrFrameTooLarge) {
+		return errdefs.Unavailable("sandbox agent protocol error: %w", err)
 	}
 	var kind *errdefs.Error
 	if errors.As(err, &kind) { // from dialPinned
 		return kind
 	}
-	return errdefs.Unavailable("sandbox agent stopped responding: the exec stream ended without an exit status (%v)", err)
+	return errdefs.Unavailable("sandbox agent stopped responding: the exec stream ended without an exit status (%w)", err)
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -52,7 +52,7 @@ func (c *Client) forwardHandshake(ctx context.Context, conn net.Conn, port int) 
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	req := fmt.Sprintf("GET /v1/forward?port=%d HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", port, agent.ForwardProtocol)
+	req := fmt.Sprintf("GET /v1/forward?port=%d HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", port, wire.ForwardProtocol)
 	if _, err := io.WriteString(conn, req); err != nil {
 		return nil, c.tunnelError(ctx, port, err)
 	}
@@ -69,8 +69,8 @@ func (c *Client) forwardHandshake(ctx context.Context, conn net.Conn, port int) 
 		defer resp.Body.Close()
 		return nil, errorFromResponse(resp)
 	}
-	if !strings.EqualFold(resp.Header.Get("Upgrade"), agent.ForwardProtocol) {
-		return nil, errdefs.Unavailable("sandbox agent switched to protocol %q, not %q", resp.Header.Get("Upgrade"), agent.ForwardProtocol)
+	if !strings.EqualFold(resp.Header.Get("Upgrade"), wire.ForwardProtocol) {
+		return nil, errdefs.Unavailable("sandbox agent switched to protocol %q, not %q", resp.Header.Get("Upgrade"), wire.ForwardProtocol)
 	}
 	if !stop() {
 		// ctx ended while the answer arrived; the deadline is expired.
@@ -93,10 +93,10 @@ func (c *Client) tunnelError(ctx context.Context, port int, err error) error {
 		return c.transportError(ctx, err)
 	}
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if errdefs.Kind(err) == nil && errors.As(err, &ne) && ne.Timeout() { // a kind already explains it
 		return errdefs.Unavailable("sandbox agent did not answer the tunnel request for port %d within %s", port, c.callTimeout())
 	}
-	return errdefs.Unavailable("port tunnel to port %d: %v", port, err)
+	return errdefs.Unavailable("port tunnel to port %d: %w", port, err)
 }
 
 // tunnelConn is the agent connection after the 101, with any bytes that

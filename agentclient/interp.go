@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -64,6 +64,14 @@ func (c *Client) RestartCodeContext(ctx context.Context, id string) (api.CodeCon
 // stream that ends without one, or is silent for StallTimeout, is an
 // Unavailable error. Cancelling ctx interrupts the code.
 func (c *Client) RunCode(ctx context.Context, req api.RunCodeRequest, onEvent func(api.CodeEvent)) (api.CodeRunResult, error) {
+	return c.RunCodeStarted(ctx, req, nil, onEvent)
+}
+
+// RunCodeStarted is RunCode that also calls onStart (when non-nil) once
+// the agent accepted the run, before any event: a relay answers its own
+// caller at that point, so a cell that prints nothing still has a started
+// stream.
+func (c *Client) RunCodeStarted(ctx context.Context, req api.RunCodeRequest, onStart func(), onEvent func(api.CodeEvent)) (api.CodeRunResult, error) {
 	res := api.CodeRunResult{Results: []api.CodeResult{}, Logs: api.CodeLogs{Stdout: []string{}, Stderr: []string{}}, Events: []api.CodeEvent{}}
 	if req.Context != "" {
 		if err := checkID("code context", req.Context); err != nil {
@@ -72,7 +80,7 @@ func (c *Client) RunCode(ctx context.Context, req api.RunCodeRequest, onEvent fu
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return res, errdefs.InvalidArgument("encode request: %v", err)
+		return res, errdefs.InvalidArgument("encode request: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -86,7 +94,7 @@ func (c *Client) RunCode(ctx context.Context, req api.RunCodeRequest, onEvent fu
 	defer wd.Stop()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint("/v1/code/run", nil), bytes.NewReader(body))
 	if err != nil {
-		return res, errdefs.InvalidArgument("build request: %v", err)
+		return res, errdefs.InvalidArgument("build request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(hreq)
@@ -97,8 +105,11 @@ func (c *Client) RunCode(ctx context.Context, req api.RunCodeRequest, onEvent fu
 	if resp.StatusCode != http.StatusOK {
 		return res, errorFromResponse(resp)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != agent.CodeContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != wire.CodeContentType {
 		return res, errdefs.Unavailable("sandbox agent protocol error: code run answered with content type %q", ct)
+	}
+	if onStart != nil {
+		onStart()
 	}
 	// From here the agent sends a heartbeat at least every few seconds.
 	stall = c.stallTimeout()
@@ -115,7 +126,7 @@ func (c *Client) RunCode(ctx context.Context, req api.RunCodeRequest, onEvent fu
 		}
 		var ev api.CodeEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return res, errdefs.Unavailable("sandbox agent protocol error: malformed code event: %v", err)
+			return res, errdefs.Unavailable("sandbox agent protocol error: malformed code event: %w", err)
 		}
 		switch ev.Type {
 		case api.CodeEventStdout, api.CodeEventStderr, api.CodeEventResult, api.CodeEventError, api.CodeEventComplete:

@@ -193,7 +193,7 @@ func ProxyTerminal(ctx context.Context, userConn, agentConn *websocket.Conn) err
 		if first.agentSide {
 			who = "sandbox agent"
 		}
-		out = errdefs.Unavailable("terminal relay: %s connection failed: %v", who, first.err)
+		out = errdefs.Unavailable("terminal relay: %s connection failed: %w", who, first.err)
 	}
 	src.CloseNow()
 	cancel()

@@ -41,6 +41,22 @@ func (c *Client) GetSession(ctx context.Context, id string) (api.SessionInfo, er
 	return info, err
 }
 
+// UpdateSession sets and unsets (api.EnvUnset) variables in a live
+// session's shell and changes its default command timeout. It waits for a
+// running command of the session, like SessionExec.
+func (c *Client) UpdateSession(ctx context.Context, id string, req api.UpdateSessionRequest) (api.SessionInfo, error) {
+	if err := checkID("session", id); err != nil {
+		return api.SessionInfo{}, err
+	}
+	if err := checkExec(&api.ExecRequest{Command: "-", Env: req.Env}); err != nil {
+		return api.SessionInfo{}, err
+	}
+	var info api.SessionInfo
+	// A running command holds the session: allow as long as a kill.
+	err := c.callWithin(ctx, c.callTimeout()+time.Minute, http.MethodPatch, sessionPath(id, ""), nil, req, &info)
+	return info, err
+}
+
 // ListSessions lists sessions.
 func (c *Client) ListSessions(ctx context.Context) ([]api.SessionInfo, error) {
 	var res api.SessionList

@@ -10,8 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
-	"github.com/berth-sh/berth/agent/frame"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -30,7 +29,7 @@ func (c *Client) streamFrames(ctx context.Context, method, path string, q url.Va
 	if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
-			return nil, errdefs.InvalidArgument("encode request: %v", err)
+			return nil, errdefs.InvalidArgument("encode request: %w", err)
 		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -42,7 +41,7 @@ func (c *Client) streamFrames(ctx context.Context, method, path string, q url.Va
 
 	hreq, err := http.NewRequestWithContext(ctx, method, endpoint(path, q), nil)
 	if err != nil {
-		return nil, errdefs.InvalidArgument("build request: %v", err)
+		return nil, errdefs.InvalidArgument("build request: %w", err)
 	}
 	if in != nil {
 		hreq.GetBody = func() (io.ReadCloser, error) {
@@ -63,10 +62,10 @@ func (c *Client) streamFrames(ctx context.Context, method, path string, q url.Va
 		}
 		return nil, c.streamError(ctx, stall, nil)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != agent.ExecContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != wire.ExecContentType {
 		return nil, errdefs.Unavailable("sandbox agent protocol error: %s answered with content type %q", path, ct)
 	}
-	fr := frame.NewReader(resp.Body, frame.MaxRead)
+	fr := wire.NewFrameReader(resp.Body, wire.MaxRead)
 	for {
 		kick()
 		t, p, err := fr.Next()
@@ -74,9 +73,9 @@ func (c *Client) streamFrames(ctx context.Context, method, path string, q url.Va
 			return nil, c.streamError(ctx, stall, err)
 		}
 		switch t {
-		case frame.Stdout, frame.Stderr:
+		case wire.Stdout, wire.Stderr:
 			w := stdout
-			if t == frame.Stderr {
+			if t == wire.Stderr {
 				w = stderr
 			}
 			if w == nil {
@@ -86,15 +85,15 @@ func (c *Client) streamFrames(ctx context.Context, method, path string, q url.Va
 			if _, err := w.Write(p); err != nil {
 				return nil, fmt.Errorf("writing %s: %w", t, err)
 			}
-		case frame.Heartbeat:
-		case frame.Exit:
+		case wire.Heartbeat:
+		case wire.Exit:
 			if len(p) > maxErrorBody {
 				return nil, errdefs.Unavailable("sandbox agent protocol error: oversized exit frame")
 			}
 			out := append([]byte(nil), p...)
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 			return out, nil
-		case frame.Error:
+		case wire.Error:
 			var e api.Error
 			if len(p) > maxErrorBody || json.Unmarshal(p, &e) != nil || e.Code == "" {
 				return nil, errdefs.Unavailable("sandbox agent protocol error: malformed error frame")
@@ -127,7 +126,7 @@ func (w *watchdogReader) Read(p []byte) (int, error) {
 func longCall[T any](ctx context.Context, c *Client, path string, in any) (*T, error) {
 	data, err := json.Marshal(in)
 	if err != nil {
-		return nil, errdefs.InvalidArgument("encode request: %v", err)
+		return nil, errdefs.InvalidArgument("encode request: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -137,7 +136,7 @@ func longCall[T any](ctx context.Context, c *Client, path string, in any) (*T, e
 	kick := func() { wd.Reset(stall) }
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint(path, nil), bytes.NewReader(data))
 	if err != nil {
-		return nil, errdefs.InvalidArgument("build request: %v", err)
+		return nil, errdefs.InvalidArgument("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.do(ctx, req)
@@ -160,7 +159,7 @@ func longCall[T any](ctx context.Context, c *Client, path string, in any) (*T, e
 		if len(bytes.TrimSpace(body)) == 0 {
 			return nil, c.streamError(ctx, stall, io.ErrUnexpectedEOF)
 		}
-		return nil, errdefs.Unavailable("sandbox agent sent invalid JSON for %s: %v", path, err)
+		return nil, errdefs.Unavailable("sandbox agent sent invalid JSON for %s: %w", path, err)
 	}
 	switch {
 	case env.Error != nil && env.Error.Code != "":
@@ -180,13 +179,13 @@ func (c *Client) callWithin(ctx context.Context, timeout time.Duration, method, 
 	if in != nil {
 		data, err := json.Marshal(in)
 		if err != nil {
-			return errdefs.InvalidArgument("encode request: %v", err)
+			return errdefs.InvalidArgument("encode request: %w", err)
 		}
 		body = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, endpoint(path, q), body)
 	if err != nil {
-		return errdefs.InvalidArgument("build request: %v", err)
+		return errdefs.InvalidArgument("build request: %w", err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -39,6 +39,9 @@ func checkExec(req *api.ExecRequest) error {
 		}
 	}
 	for k, v := range req.Env {
+		if v == api.EnvUnset {
+			v = "" // null: unset
+		}
 		if err := bad("env", k+v); err != nil {
 			return err
 		}

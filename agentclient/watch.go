@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -23,7 +23,7 @@ import (
 const maxWatchLine = 64 << 10
 
 // WatchOptions configures a watch. Include and Exclude are mutually
-// exclusive globs (see agent/watch.go for their meaning); a nil Exclude gets
+// exclusive globs (see agent/watch for their meaning); a nil Exclude gets
 // the agent's defaults (.git, node_modules), NoDefaultExcludes turns those off.
 type WatchOptions struct {
 	Recursive         bool
@@ -52,7 +52,7 @@ func (c *Client) Watch(ctx context.Context, path string, opts WatchOptions) (*Wa
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	q := url.Values{"path": {path}}
+	q := scoped(ctx, url.Values{"path": {path}})
 	if opts.Recursive {
 		q.Set("recursive", "1")
 	} else {
@@ -84,7 +84,7 @@ func (c *Client) Watch(ctx context.Context, path string, opts WatchOptions) (*Wa
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint("/v1/watch", q), nil)
 	if err != nil {
-		return fail(errdefs.InvalidArgument("build watch request: %v", err))
+		return fail(errdefs.InvalidArgument("build watch request: %w", err))
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -94,7 +94,7 @@ func (c *Client) Watch(ctx context.Context, path string, opts WatchOptions) (*Wa
 		defer resp.Body.Close()
 		return fail(errorFromResponse(resp))
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != agent.WatchContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != wire.WatchContentType {
 		resp.Body.Close()
 		return fail(errdefs.Unavailable("sandbox agent protocol error: watch answered with content type %q", ct))
 	}
@@ -177,7 +177,7 @@ func readWatchLine(br *bufio.Reader) (api.WatchEvent, error) {
 		break
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(line), &ev); err != nil {
-		return ev, errdefs.Unavailable("sandbox agent sent an invalid watch event: %v", err)
+		return ev, errdefs.Unavailable("sandbox agent sent an invalid watch event: %w", err)
 	}
 	return ev, nil
 }
@@ -215,5 +215,5 @@ func watchError(ctx context.Context, stall time.Duration, err error) error {
 	if errors.As(err, &kind) {
 		return kind
 	}
-	return errdefs.Unavailable("sandbox agent watch stream failed: %v", err)
+	return errdefs.Unavailable("sandbox agent watch stream failed: %w", err)
 }

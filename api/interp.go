@@ -10,14 +10,15 @@ const (
 	LangPython     = "python"
 	LangJavaScript = "javascript"
 	LangTypeScript = "typescript"
+	LangBash       = "bash"
 )
 
 // CreateCodeContextRequest creates a code context: one long-lived
 // interpreter process inside the sandbox whose state persists across runs.
 type CreateCodeContextRequest struct {
-	Language string            `json:"language"` // python (default), javascript, typescript
-	Cwd      string            `json:"cwd,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
+	Language string `json:"language"` // python (default), javascript, typescript
+	Cwd      string `json:"cwd,omitempty"`
+	Env      Env    `json:"env,omitempty"` // null unsets (Env)
 	// User runs the interpreter; default: the sandbox's default user
 	// ("user"), "root" on request.
 	User string `json:"user,omitempty"`
@@ -40,28 +41,35 @@ type CodeContextList struct {
 // RunCodeRequest runs code in a context (Context set) or in the default
 // context of Language (python when both are empty).
 type RunCodeRequest struct {
-	Code      string            `json:"code"`
-	Context   string            `json:"context,omitempty"`
-	Language  string            `json:"language,omitempty"`
-	TimeoutMs int64             `json:"timeoutMs,omitempty"` // interrupt after; 0: none
-	Env       map[string]string `json:"env,omitempty"`       // for this run only
+	Code      string `json:"code"`
+	Context   string `json:"context,omitempty"`
+	Language  string `json:"language,omitempty"`
+	TimeoutMs int64  `json:"timeoutMs,omitempty"` // interrupt after; 0: none
+	Env       Env    `json:"env,omitempty"`       // for this run only; null unsets
 }
 
 // CodeResult is one rich output: the same value in every format the
 // interpreter could render it in (IPython's MIME bundle). Binary formats
 // (png, jpeg) are base64. IsMainResult marks the value of the last
 // expression; display() calls and captured figures are not main results.
+// Data is a pandas DataFrame's columns ({column: [values]}), Chart the
+// typed chart of a matplotlib figure (E2B's chart shape), Extra the MIME
+// types without a field of their own.
 type CodeResult struct {
-	Text         string          `json:"text,omitempty"`
-	HTML         string          `json:"html,omitempty"`
-	Markdown     string          `json:"markdown,omitempty"`
-	SVG          string          `json:"svg,omitempty"`
-	PNG          string          `json:"png,omitempty"`
-	JPEG         string          `json:"jpeg,omitempty"`
-	JSON         json.RawMessage `json:"json,omitempty"`
-	LaTeX        string          `json:"latex,omitempty"`
-	JavaScript   string          `json:"javascript,omitempty"`
-	IsMainResult bool            `json:"isMainResult"`
+	Text         string                     `json:"text,omitempty"`
+	HTML         string                     `json:"html,omitempty"`
+	Markdown     string                     `json:"markdown,omitempty"`
+	SVG          string                     `json:"svg,omitempty"`
+	PNG          string                     `json:"png,omitempty"`
+	JPEG         string                     `json:"jpeg,omitempty"`
+	JSON         json.RawMessage            `json:"json,omitempty"`
+	LaTeX        string                     `json:"latex,omitempty"`
+	JavaScript   string                     `json:"javascript,omitempty"`
+	PDF          string                     `json:"pdf,omitempty"`
+	Data         json.RawMessage            `json:"data,omitempty"`
+	Chart        json.RawMessage            `json:"chart,omitempty"`
+	Extra        map[string]json.RawMessage `json:"extra,omitempty"`
+	IsMainResult bool                       `json:"isMainResult"`
 }
 
 // CodeError is an exception raised by the code (or an interrupt).

@@ -5,10 +5,15 @@ import "time"
 // ExposePortRequest is the body of POST /v1/sandboxes/{name}/ports. Port is
 // a TCP port inside the sandbox (1-65535); the service may listen on
 // 127.0.0.1 only. Private URLs require "Authorization: Bearer <API key>".
+//
+// Token, when set, is the URL's token instead of a random one (8 to 32
+// characters from [a-z0-9]), so the URL is stable: exposing the port
+// again with the same token, in a later run, gives the same URL.
 type ExposePortRequest struct {
 	Port    int    `json:"port"`
 	Name    string `json:"name,omitempty"`
 	Private bool   `json:"private,omitempty"`
+	Token   string `json:"token,omitempty"`
 }
 
 // Preview URL statuses. A URL is active in the run of the sandbox it was

@@ -19,12 +19,16 @@ const (
 // working directory, exported environment and user; Cwd, Env and User
 // override them.
 type StartProcessRequest struct {
-	Command   string            `json:"command"`
-	ID        string            `json:"id,omitempty"` // default: generated
-	Cwd       string            `json:"cwd,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	User      string            `json:"user,omitempty"`
-	SessionID string            `json:"sessionId,omitempty"`
+	Command   string `json:"command"`
+	ID        string `json:"id,omitempty"` // default: generated
+	Cwd       string `json:"cwd,omitempty"`
+	Env       Env    `json:"env,omitempty"`
+	User      string `json:"user,omitempty"`
+	SessionID string `json:"sessionId,omitempty"`
+	// EndWithMain ends the record when the main process exits, as E2B's
+	// envd does, instead of when its whole process group is gone (the
+	// default); the rest of the tree keeps running.
+	EndWithMain bool `json:"endWithMain,omitempty"`
 	// TimeoutMs kills the process (SIGTERM, grace, SIGKILL) after this
 	// long; 0: never.
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
@@ -122,10 +126,21 @@ type WaitEnvelope[T any] struct {
 
 // CreateSessionRequest creates a persistent shell session.
 type CreateSessionRequest struct {
-	ID   string            `json:"id,omitempty"` // default: generated
-	Env  map[string]string `json:"env,omitempty"`
-	Cwd  string            `json:"cwd,omitempty"`  // default: the user's home
-	User string            `json:"user,omitempty"` // default: the agent's default user
+	ID   string `json:"id,omitempty"` // default: generated
+	Env  Env    `json:"env,omitempty"`
+	Cwd  string `json:"cwd,omitempty"`  // default: the user's home
+	User string `json:"user,omitempty"` // default: the agent's default user
+	// DefaultTimeoutMs is the timeout of a command that sets none; 0: none.
+	DefaultTimeoutMs int64 `json:"defaultTimeoutMs,omitempty"`
+}
+
+// UpdateSessionRequest changes a live session (PATCH). Env is exported in
+// the session's shell (a null value unsets the variable) and kept for a
+// shell that restarts; DefaultTimeoutMs, when set, replaces the session's
+// default command timeout (0: none). It waits for a running command.
+type UpdateSessionRequest struct {
+	Env              Env    `json:"env,omitempty"`
+	DefaultTimeoutMs *int64 `json:"defaultTimeoutMs,omitempty"`
 }
 
 // SessionInfo describes a session. Cwd is the shell's current directory.
@@ -137,6 +152,8 @@ type SessionInfo struct {
 	Cwd       string    `json:"cwd"`
 	CreatedAt time.Time `json:"createdAt"`
 	Alive     bool      `json:"alive"`
+	// DefaultTimeoutMs is the session's default command timeout; 0: none.
+	DefaultTimeoutMs int64 `json:"defaultTimeoutMs,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.

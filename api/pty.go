@@ -7,13 +7,13 @@ import "time"
 type CreateTerminalRequest struct {
 	// ID names the terminal ([A-Za-z0-9_.-], 1–128 bytes); generated when
 	// empty.
-	ID    string            `json:"id,omitempty"`
-	Cols  int               `json:"cols,omitempty"`  // default 80
-	Rows  int               `json:"rows,omitempty"`  // default 24
-	Shell string            `json:"shell,omitempty"` // default /bin/bash, else /bin/sh
-	Cwd   string            `json:"cwd,omitempty"`   // default: the user's home
-	Env   map[string]string `json:"env,omitempty"`   // TERM defaults to xterm-256color
-	User  string            `json:"user,omitempty"`  // default: the agent's default user
+	ID    string `json:"id,omitempty"`
+	Cols  int    `json:"cols,omitempty"`  // default 80
+	Rows  int    `json:"rows,omitempty"`  // default 24
+	Shell string `json:"shell,omitempty"` // default /bin/bash, else /bin/sh
+	Cwd   string `json:"cwd,omitempty"`   // default: the user's home
+	Env   Env    `json:"env,omitempty"`   // TERM defaults to xterm-256color; null unsets
+	User  string `json:"user,omitempty"`  // default: the agent's default user
 }
 
 // Terminal describes one terminal. Exit is set once its shell has exited;

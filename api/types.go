@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
 
 // Sandbox states. A sandbox moves starting → running → sleeping → running …
 // and ends destroyed; failed means the last start did not complete.
@@ -25,10 +29,10 @@ type Resources struct {
 type CreateSandboxRequest struct {
 	Name      string            `json:"name"`
 	Image     string            `json:"image,omitempty"`    // name, ref or sha256 digest; default "debian-trixie"
-	Instance  string            `json:"instance,omitempty"` // lite, basic, standard-1..4; default "lite"
+	Instance  string            `json:"instance,omitempty"` // lite, basic, standard-1..4; default "standard-1"
 	Resources *Resources        `json:"resources,omitempty"`
 	Internet  *bool             `json:"internet,omitempty"` // default false
-	Env       map[string]string `json:"env,omitempty"`
+	Env       Env               `json:"env,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	// SleepAfter is a Go duration ("10m", "30s"); default 10m.
 	SleepAfter string `json:"sleepAfter,omitempty"`
@@ -62,7 +66,7 @@ type Sandbox struct {
 	Instance    string            `json:"instance"`
 	Resources   Resources         `json:"resources"`
 	Internet    bool              `json:"internet"`
-	Env         map[string]string `json:"env,omitempty"`
+	Env         Env               `json:"env,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	SleepAfter  string            `json:"sleepAfter"`
 	KeepAlive   bool              `json:"keepAlive"`
@@ -77,6 +81,9 @@ type Sandbox struct {
 	Persist     string            `json:"persist,omitempty"`
 	Network     *NetworkPolicy    `json:"network,omitempty"`
 	Isolation   string            `json:"isolation,omitempty"`
+	// Node is the node that runs (or last ran) the sandbox: its owner in
+	// a cluster, the local node's name on a single host.
+	Node string `json:"node,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -87,13 +94,13 @@ type SandboxList struct {
 // ExecRequest runs one command. Exactly one of Argv and Command is set;
 // Command is run with /bin/sh -c.
 type ExecRequest struct {
-	Argv      []string          `json:"argv,omitempty"`
-	Command   string            `json:"command,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"` // default: the user's home
-	Env       map[string]string `json:"env,omitempty"`
-	User      string            `json:"user,omitempty"` // default: "user" if the image has it, else root
-	Stdin     []byte            `json:"stdin,omitempty"`
-	TimeoutMs int64             `json:"timeoutMs,omitempty"` // 0: no timeout
+	Argv      []string `json:"argv,omitempty"`
+	Command   string   `json:"command,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"` // default: the user's home
+	Env       Env      `json:"env,omitempty"`
+	User      string   `json:"user,omitempty"` // default: "user" if the image has it, else root
+	Stdin     []byte   `json:"stdin,omitempty"`
+	TimeoutMs int64    `json:"timeoutMs,omitempty"` // 0: no timeout
 }
 
 // ExitStatus ends every exec. Signal is set when the process was killed by a
@@ -137,7 +144,15 @@ type FileInfo struct {
 	Target  string    `json:"target,omitempty"` // symlink target
 	UID     uint32    `json:"uid"`              // owner, as numbers: names are the sandbox's
 	GID     uint32    `json:"gid"`              // own /etc/passwd and /etc/group
+	// MimeType and Binary describe a regular file's content, from its
+	// name and first 512 bytes (internal/filetype); empty for others.
+	MimeType string `json:"mimeType,omitempty"`
+	Binary   bool   `json:"binary,omitempty"`
 }
+
+// BinaryHeader on a file download says whether its content is binary
+// ("true" or "false"), by the rules of FileInfo.Binary.
+const BinaryHeader = "X-Berth-Binary"
 
 // FileList is the body of a directory listing.
 type FileList struct {
@@ -200,6 +215,9 @@ type Progress struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RequestID is the request's id (also the X-Request-Id response
+	// header and the daemon's log line), to quote in a report.
+	RequestID string `json:"requestId,omitempty"`
 }
 
 // Health is the body of GET /v1/health on the server and on the agent.
@@ -207,4 +225,19 @@ type Health struct {
 	Status   string `json:"status"`
 	Version  string `json:"version"`
 	Protocol int    `json:"protocol,omitempty"` // agent protocol version
+}
+
+// CheckShape refuses a request that names no command, names it twice
+// (argv and command) or has a negative timeout: what every place that runs
+// an exec checks before it wakes anything.
+func (r ExecRequest) CheckShape() error {
+	switch {
+	case len(r.Argv) == 0 && r.Command == "":
+		return errdefs.InvalidArgument("exec needs argv or command")
+	case len(r.Argv) > 0 && r.Command != "":
+		return errdefs.InvalidArgument("exec takes argv or command, not both")
+	case r.TimeoutMs < 0:
+		return errdefs.InvalidArgument("timeoutMs must not be negative")
+	}
+	return nil
 }

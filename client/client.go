@@ -48,7 +48,34 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: newTransport()}
 	}
+	if c.hc.CheckRedirect == nil {
+		// A copy, so that a caller's client is not changed.
+		hc := *c.hc
+		hc.CheckRedirect = noRedirects
+		c.hc = &hc
+	}
 	return c
+}
+
+// noRedirects keeps the client from following any redirect. The berth API
+// never redirects; a 3xx comes from something in between, and following
+// one can turn a request into another: net/http re-sends a DELETE to the
+// Location of a 307, so a DELETE of …/processes/.. redirected to the
+// cleaned path once deleted the whole sandbox.
+func noRedirects(req *http.Request, via []*http.Request) error { return http.ErrUseLastResponse }
+
+// checkPath refuses a request path with an empty, "." or ".." segment:
+// such an id is never valid, and the path would name another resource
+// once anything between here and the handler cleans it.
+func checkPath(p string) error {
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for _, s := range segs {
+		switch s {
+		case "", ".", "..":
+			return errdefs.InvalidArgument("invalid request path %s: a name or id is empty, \".\" or \"..\"", p)
+		}
+	}
+	return nil
 }
 
 // newTransport is tuned for many short requests to one server: a large
@@ -87,13 +114,16 @@ type request struct {
 // do sends req and returns the response if its status is 2xx; otherwise it
 // consumes the body and returns the server's error as an errdefs kind.
 func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
+	if err := checkPath(r.path); err != nil {
+		return nil, err
+	}
 	u := c.base + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u, r.body)
 	if err != nil {
-		return nil, errdefs.InvalidArgument("building request %s %s: %v", r.method, r.path, err)
+		return nil, errdefs.InvalidArgument("building request %s %s: %w", r.method, r.path, err)
 	}
 	req.Header.Set("Authorization", c.auth)
 	if k, ok := ctx.Value(idemKey{}).(string); ok && k != "" && r.method != http.MethodGet {
@@ -115,6 +145,10 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 		return res, nil
 	}
 	defer res.Body.Close()
+	if res.StatusCode >= 300 && res.StatusCode < 400 {
+		return nil, errdefs.Internal("%s %s was answered %d with a redirect to %q, which the client does not follow: the berth API never redirects, so %s is not a berth server or something in between rewrote the request",
+			r.method, r.path, res.StatusCode, res.Header.Get("Location"), c.base)
+	}
 	return nil, decodeError(res)
 }
 
@@ -126,7 +160,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	if errors.As(err, &mbe) {
 		return err
 	}
-	return errdefs.Unavailable("cannot reach the berth server at %s: %v (is `berth serve` running?)", c.base, unwrapURLError(err))
+	return errdefs.Unavailable("cannot reach the berth server at %s: %w (is `berth serve` running?)", c.base, unwrapURLError(err))
 }
 
 func unwrapURLError(err error) error {
@@ -169,6 +203,8 @@ func statusCode(status int) string {
 		return "not_found"
 	case http.StatusConflict:
 		return "failed_precondition"
+	case http.StatusGone:
+		return "expired"
 	case http.StatusTooManyRequests:
 		return "resource_exhausted"
 	case http.StatusBadGateway, http.StatusServiceUnavailable:
@@ -186,7 +222,7 @@ func (c *Client) doJSON(ctx context.Context, method, path string, query url.Valu
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, errdefs.InvalidArgument("encoding request: %v", err)
+			return 0, errdefs.InvalidArgument("encoding request: %w", err)
 		}
 		// A bytes.Reader lets net/http set Content-Length, so small
 		// requests go out in one write without chunked framing.
@@ -210,7 +246,7 @@ func (c *Client) readError(ctx context.Context, what string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%s: %w", what, ctxErr)
 	}
-	return errdefs.Unavailable("%s: %v", what, err)
+	return errdefs.Unavailable("%s: %w", what, err)
 }
 
 // closeBody drains a little of what is left so the connection can be reused

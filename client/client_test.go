@@ -17,16 +17,17 @@ import (
 	"testing"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/server"
 )
 
 const key = "k-123"
 
-// fake implements server.Backend; methods it does not override panic
+// fake implements control.Backend; methods it does not override panic
 // through the nil embedded interface, which the server turns into a 500.
 type fake struct {
-	server.Backend
+	control.Backend
 	mu    sync.Mutex
 	boxes map[string]api.Sandbox
 	files map[string][]byte
@@ -56,7 +57,7 @@ func (f *fake) Get(ctx context.Context, name string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", name)
 }
 
-func (f *fake) List(ctx context.Context, lf server.ListFilter) ([]api.Sandbox, error) {
+func (f *fake) List(ctx context.Context, lf control.ListFilter) ([]api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []api.Sandbox

@@ -87,7 +87,7 @@ func LoadConfig(dataDir string) (Config, error) {
 		return cfg, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		return cfg, errdefs.FailedPrecondition("%s is not valid JSON (%v): restart `berth serve` to rewrite it", path, err)
+		return cfg, errdefs.FailedPrecondition("%s is not valid JSON (%w): restart `berth serve` to rewrite it", path, err)
 	}
 	return cfg, nil
 }

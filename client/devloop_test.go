@@ -20,6 +20,7 @@ import (
 	"github.com/berth-sh/berth/agent/agenttest"
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/server"
 )
@@ -27,7 +28,7 @@ import (
 // agentBackend serves the dev-loop routes from a real in-process agent;
 // every other Backend method panics into a 500.
 type agentBackend struct {
-	server.Backend
+	control.Backend
 	ag *agentclient.Client
 }
 

@@ -25,7 +25,7 @@ func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
 func (c *Client) PullImage(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return api.Image{}, errdefs.InvalidArgument("encoding pull request: %v", err)
+		return api.Image{}, errdefs.InvalidArgument("encoding pull request: %w", err)
 	}
 	return c.longOp(ctx, request{method: http.MethodPost, path: "/v1/images/pull", body: bytesReader(b), contentType: "application/json"}, progress)
 }
@@ -98,7 +98,7 @@ func (c *Client) longOp(ctx context.Context, r request, progress func(api.Progre
 	err = readEvents(res.Body, func(ev string, data []byte) (bool, error) {
 		var p api.Progress
 		if err := json.Unmarshal(data, &p); err != nil {
-			return false, errdefs.Internal("malformed %s event from server: %v", ev, err)
+			return false, errdefs.Internal("malformed %s event from server: %w", ev, err)
 		}
 		switch ev {
 		case "progress":

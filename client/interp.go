@@ -57,7 +57,7 @@ func (c *Client) RunCode(ctx context.Context, sandbox string, req api.RunCodeReq
 	res := api.CodeRunResult{Results: []api.CodeResult{}, Logs: api.CodeLogs{Stdout: []string{}, Stderr: []string{}}, Events: []api.CodeEvent{}}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return res, errdefs.InvalidArgument("encoding run request: %v", err)
+		return res, errdefs.InvalidArgument("encoding run request: %w", err)
 	}
 	resp, err := c.do(ctx, request{
 		method: http.MethodPost, path: sandboxPath(sandbox, "code", "run"),
@@ -73,7 +73,7 @@ func (c *Client) RunCode(ctx context.Context, sandbox string, req api.RunCodeReq
 			Failure *api.Error `json:"failure"`
 		}
 		if err := json.Unmarshal(data, &ev); err != nil {
-			return false, errdefs.Unavailable("malformed %s event from the server: %v", name, err)
+			return false, errdefs.Unavailable("malformed %s event from the server: %w", name, err)
 		}
 		if name == "failure" {
 			if ev.Failure == nil {

@@ -9,7 +9,9 @@ import (
 )
 
 // ExposePort makes a preview URL for a port of the sandbox. Exposing a port
-// again issues a new token, and the old URL stops working.
+// again issues a new token, and the old URL stops working, unless
+// req.Token names the token (8 to 32 characters from [a-z0-9]): the same
+// token gives the same URL again, also in a later run.
 func (c *Client) ExposePort(ctx context.Context, sandbox string, req api.ExposePortRequest) (api.ExposedPort, error) {
 	var p api.ExposedPort
 	_, err := c.doJSON(ctx, http.MethodPost, sandboxPath(sandbox, "ports"), nil, req, &p)

@@ -182,7 +182,7 @@ func (c *Client) execEvents(ctx context.Context, r request, stdout, stderr io.Wr
 		}
 		var e execEvent
 		if err := json.Unmarshal(data, &e); err != nil {
-			return false, errdefs.Internal("malformed %s event from server: %v", ev, err)
+			return false, errdefs.Internal("malformed %s event from server: %w", ev, err)
 		}
 		switch ev {
 		case "stdout":
@@ -194,7 +194,7 @@ func (c *Client) execEvents(ctx context.Context, r request, stdout, stderr io.Wr
 				return false, errdefs.Internal("exit event without an exit status")
 			}
 			if err := onExit(e.Exit); err != nil {
-				return false, errdefs.Internal("malformed exit status from server: %v", err)
+				return false, errdefs.Internal("malformed exit status from server: %w", err)
 			}
 			finished = true
 			return true, nil

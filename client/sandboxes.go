@@ -86,7 +86,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest) (ap
 func (c *Client) ExecStream(ctx context.Context, name string, req api.ExecRequest, stdout, stderr io.Writer) (api.ExitStatus, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return api.ExitStatus{}, errdefs.InvalidArgument("encoding exec request: %v", err)
+		return api.ExitStatus{}, errdefs.InvalidArgument("encoding exec request: %w", err)
 	}
 	// Cancel on return so that a local failure (stdout closed) also ends
 	// the command on the server, by closing the connection.
@@ -125,7 +125,7 @@ func (c *Client) ExecStream(ctx context.Context, name string, req api.ExecReques
 		switch ev {
 		case "stdout", "stderr", "exit", "error":
 			if err := json.Unmarshal(data, &e); err != nil {
-				return false, errdefs.Internal("malformed %s event from server: %v", ev, err)
+				return false, errdefs.Internal("malformed %s event from server: %w", ev, err)
 			}
 		default:
 			return false, nil // unknown events are for newer clients

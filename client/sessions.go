@@ -53,6 +53,16 @@ func (c *Client) GetSession(ctx context.Context, sandbox, id string) (api.Sessio
 	return info, err
 }
 
+// UpdateSession sets and unsets variables in a live session's shell (a
+// value of api.EnvUnset, null on the wire, unsets) and, when
+// req.DefaultTimeoutMs is set, changes the session's default command
+// timeout. It waits for a command the session is running.
+func (c *Client) UpdateSession(ctx context.Context, sandbox, id string, req api.UpdateSessionRequest) (api.SessionInfo, error) {
+	var info api.SessionInfo
+	_, err := c.doJSON(ctx, http.MethodPatch, sessionPath(sandbox, id), nil, req, &info)
+	return info, err
+}
+
 // DeleteSession kills a session's shell and its background processes
 // (SIGTERM, then SIGKILL after grace: 0 is the server's default of 5 s,
 // negative is none).
@@ -75,7 +85,7 @@ func (c *Client) SessionExec(ctx context.Context, sandbox, id string, req api.Ex
 func (c *Client) SessionExecStream(ctx context.Context, sandbox, id string, req api.ExecRequest, stdout, stderr io.Writer) (api.SessionExitStatus, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return api.SessionExitStatus{}, errdefs.InvalidArgument("encoding exec request: %v", err)
+		return api.SessionExitStatus{}, errdefs.InvalidArgument("encoding exec request: %w", err)
 	}
 	var st api.SessionExitStatus
 	err = c.execEvents(ctx, request{

@@ -57,7 +57,11 @@ func (c *Client) AttachTerminal(ctx context.Context, sandbox, id string, cols, r
 	if rows > 0 {
 		q.Set("rows", strconv.Itoa(rows))
 	}
-	u := c.base + terminalPath(sandbox, id, "ws") + "?" + q.Encode()
+	p := terminalPath(sandbox, id, "ws")
+	if err := checkPath(p); err != nil {
+		return nil, err
+	}
+	u := c.base + p + "?" + q.Encode()
 	conn, res, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPClient:      c.wsHTTPClient(),
 		HTTPHeader:      http.Header{"Authorization": {c.auth}},
@@ -70,7 +74,7 @@ func (c *Client) AttachTerminal(ctx context.Context, sandbox, id string, cols, r
 		if ctx.Err() != nil {
 			return nil, c.transportError(ctx, err)
 		}
-		return nil, errdefs.Unavailable("terminal %q of %q: WebSocket handshake with %s failed: %v", id, sandbox, c.base, err)
+		return nil, errdefs.Unavailable("terminal %q of %q: WebSocket handshake with %s failed: %w", id, sandbox, c.base, err)
 	}
 	conn.SetReadLimit(MaxTerminalMessage)
 	return conn, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -37,7 +36,8 @@ type WatchOptions struct {
 // error; one that just stops is errdefs.ErrUnavailable. When fn returns an
 // error, the watch is stopped and Watch returns it.
 func (c *Client) Watch(ctx context.Context, sandbox, path string, opts WatchOptions, fn func(api.WatchEvent) error) error {
-	q := url.Values{"path": {path}, "recursive": {fmt.Sprint(opts.Recursive)}}
+	q := fileQuery(ctx, path, false)
+	q.Set("recursive", fmt.Sprint(opts.Recursive))
 	for _, g := range opts.Include {
 		q.Add("include", g)
 	}
@@ -69,7 +69,7 @@ func (c *Client) Watch(ctx context.Context, sandbox, path string, opts WatchOpti
 		}
 		var ev api.WatchEvent
 		if err := json.Unmarshal(data, &ev); err != nil {
-			return false, errdefs.Internal("malformed %s event from server: %v", name, err)
+			return false, errdefs.Internal("malformed %s event from server: %w", name, err)
 		}
 		if name == "error" {
 			if ev.Error == nil {

@@ -1,14 +1,9 @@
-// Package controller owns berth's sandboxes. Their controllers are
-// objects of class Sandbox (package sandboxclass, on package durable's
-// public API), which decide; this package is the compute they drive
-// (Manager.Compute, a durable.Compute): one "actor" per sandbox name that
-// serializes operations on it, persists every state change in the state
-// store before acting on it, drives rootfs, network, OCI runtime and
-// agent, keeps the inventory, and reconciles the host against the store
-// after a restart, including after kill -9. Manager also serves
-// server.Backend; its lifecycle calls go through the Sandbox objects.
-//
-// Lifecycle truth lives in the store, not in the container: a container may
-// vanish at any time and the controller will start a new one from the
-// same writable layer on the next request.
+// Package controller is berth's built-in sandbox controller, written as
+// a class on package durable's public API, the same API third-party
+// controllers use: object (Sandbox, name) controls sandbox name through
+// its *durable.State only — its Storage holds the controller's spec of
+// the sandbox, its alarm puts the sandbox to sleep when idle, and
+// st.Container starts, stops, updates and destroys it on the node. It
+// imports nothing of the node's implementation (package node/local),
+// which the compiler checks: this package cannot reach it.
 package controller

@@ -37,6 +37,11 @@ type Config struct {
 	E2BTemplates string
 	Blobs        BlobConfig
 	Egress       EgressConfig
+	// Cluster is a PostgreSQL DSN: the state store lives there instead of
+	// in SQLite under DataDir (cluster mode). It holds a password, so it
+	// is never logged. Empty: $BERTH_CLUSTER_DSN (ClusterDSNEnv), else
+	// SQLite.
+	Cluster string
 	// Classes registers durable-object classes (package durable) before
 	// the daemon serves; programs that embed berth set it. Nil: none.
 	Classes func(h *durable.Host) error
@@ -46,7 +51,59 @@ type Config struct {
 	// JournalRetention is how long journal entries (and so idempotent
 	// replays) are kept; default 30 days.
 	JournalRetention time.Duration
+	// MaxConns and MaxConnsPerIP cap open connections to the API (and,
+	// separately, to the preview listener) in total and per client
+	// address; defaults server.DefaultMaxConns, DefaultMaxConnsPerIP.
+	MaxConns, MaxConnsPerIP int
+	// RequestLog chooses the request log lines on stderr: "all" (the
+	// default), "errors" (status 400 and above) or "off".
+	RequestLog string
+	// Node is the node API: this machine's node served to other berth
+	// processes (package node/remote), and how this process reaches
+	// theirs. Off unless NodeListen is set.
+	Node   NodeAPIConfig
+	Member NodeConfig
 }
+
+// NodeConfig is this process's membership in its cluster (package
+// control/membership): its entry's name, role and labels, and how often
+// it heartbeats and when a silent node counts as stale.
+type NodeConfig struct {
+	Name string // default: the host name, lower-cased
+	// Role is all (the default), control or node. It is only recorded in
+	// the entry for now: every process still serves both.
+	Role   string
+	Labels []string      // K=V, the sandbox label rule
+	Beat   time.Duration // heartbeat interval; default 2s
+	Stale  time.Duration // a node is stale past this; default 10s
+}
+
+// NodeAPIConfig configures the node API (see nodeapi.go).
+type NodeAPIConfig struct {
+	// Listen is the address the node API is served on; "" (the default
+	// on a single host): not served.
+	Listen string
+	// TokenFile holds the cluster credential every node API request
+	// carries (not the user API key); default <data>/cluster-token,
+	// created with mode 0600 on first start when absent.
+	TokenFile string
+	// TLSCert and TLSKey are the PEM certificate and key the node API is
+	// served with; both or neither. Without them the node API is plain
+	// HTTP, which is refused on an address that is not loopback unless
+	// Insecure.
+	TLSCert, TLSKey string
+	// CA is a PEM file of the roots this process verifies other nodes'
+	// certificates against (NodeClient); empty: the system's roots.
+	CA string
+	// Insecure allows plain HTTP to and from addresses that are not
+	// loopback (a network the operator trusts, or TLS ended in front).
+	Insecure bool
+}
+
+// ClusterDSNEnv names the variable Config.Cluster defaults to: a DSN
+// there stays off the command line, which every local user can read in
+// /proc.
+const ClusterDSNEnv = "BERTH_CLUSTER_DSN"
 
 // EgressConfig configures the egress proxy and resolver (package egress).
 type EgressConfig struct {
@@ -63,8 +120,8 @@ type EgressConfig struct {
 	UpstreamCA string
 }
 
-// BlobConfig chooses the blob store for snapshots and backups: a local
-// directory (<data>/blobs) unless an S3 endpoint is set.
+// BlobConfig chooses the blob store for snapshots, backups and shared
+// images: a local directory (<data>/blobs) unless an S3 endpoint is set.
 type BlobConfig struct {
 	S3Endpoint  string // host:port or http(s)://host:port
 	S3Bucket    string
@@ -72,4 +129,10 @@ type BlobConfig struct {
 	S3Prefix    string
 	S3AccessKey string // from $BERTH_S3_ACCESS_KEY when empty
 	S3SecretKey string // from $BERTH_S3_SECRET_KEY when empty
+	// NoImages keeps images out of the S3 store. By default, with S3,
+	// every image built, pulled or imported here is published there and
+	// a start that needs an image this node lacks fetches it from there
+	// (image.Store.SetShared). A local blob dir never shares images: no
+	// other node reads it.
+	NoImages bool
 }

@@ -20,20 +20,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/controller"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/e2b"
-	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/weaken"
-	"github.com/berth-sh/berth/network"
+	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/preview"
-	"github.com/berth-sh/berth/rootfs"
-	"github.com/berth-sh/berth/runtime"
 	"github.com/berth-sh/berth/server"
-	"github.com/berth-sh/berth/snapshot"
-	"github.com/berth-sh/berth/store/sqlite"
+	"github.com/berth-sh/berth/store"
 	"github.com/berth-sh/berth/web"
 )
 
@@ -54,6 +49,9 @@ func (c *Config) defaults() error {
 	if c.DataDir == "" {
 		c.DataDir = "/var/lib/berth"
 	}
+	if c.Cluster == "" {
+		c.Cluster = os.Getenv(ClusterDSNEnv)
+	}
 	if c.RunDir == "" {
 		c.RunDir = "/run/berth"
 	}
@@ -63,8 +61,19 @@ func (c *Config) defaults() error {
 	if c.Bridge == "" {
 		c.Bridge = "berth0"
 	}
+	if err := c.Node.check(); err != nil {
+		return err
+	}
+	switch c.RequestLog {
+	case "", "all", "errors", "off":
+	default:
+		return fmt.Errorf("--request-log %q: want all, errors or off", c.RequestLog)
+	}
 	if c.UpperSize == 0 {
 		c.UpperSize = 64 << 30
+	}
+	if err := c.Member.defaults(); err != nil {
+		return err
 	}
 	self, _ := os.Executable()
 	if c.Runtime == "" {
@@ -99,6 +108,7 @@ func findBeside(self, name string) string {
 // Run starts berth serve and blocks until ctx ends. Sandboxes keep running
 // when it returns; the next Run adopts them.
 func Run(ctx context.Context, cfg Config) error {
+	started := time.Now() // the node entry's StartedAt: a restart is a new join
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
@@ -110,16 +120,8 @@ func Run(ctx context.Context, cfg Config) error {
 		logf("WARNING: %s=%s switches protections OFF (test-only negative controls): %s",
 			weaken.EnvVar, strings.Join(off, ","), strings.Join(off, ", "))
 	}
-	// The run dir is searchable (not listable) by others so that a
-	// sandbox's mapped root reaches its own mount point under
-	// <run>/rootfs; everything else in it is 0700 or public (the agent).
-	for d, mode := range map[string]os.FileMode{cfg.DataDir: 0o700, cfg.RunDir: 0o711} {
-		if err := os.MkdirAll(d, mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(d, mode); err != nil {
-			return err
-		}
+	if err := makeDirs(cfg); err != nil {
+		return err
 	}
 	// Protect the daemon from the OOM killer: a sandbox's hog must die,
 	// not the control plane (adversarial checklist #19).
@@ -129,88 +131,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	// A stable copy of the agent in the host-only run dir: replacing the
-	// installed binary never changes what running sandboxes execute.
-	agentBin := filepath.Join(cfg.RunDir, "berth-agent")
-	if err := copyFile(cfg.AgentBinary, agentBin, 0o555); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "state.db"))
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	imgs, err := image.Open(filepath.Join(cfg.DataDir, "images"))
-	if err != nil {
-		return err
-	}
-	// Mount points live in the run dir: a sandbox's mapped root must be able
-	// to reach its own root (see rootfs.Options.MountDir); the data dir
-	// stays 0700.
-	rfs, err := rootfs.Open(ctx, cfg.DataDir, rootfs.Options{UpperSize: cfg.UpperSize, MountDir: filepath.Join(cfg.RunDir, "rootfs")})
-	if err != nil {
-		return fmt.Errorf("rootfs: %w", err)
-	}
-	subnet, err := netip.ParsePrefix(cfg.Subnet)
-	if err != nil {
-		return fmt.Errorf("--subnet %q: %w", cfg.Subnet, err)
-	}
-	if cfg.Egress.ProxyPort == 0 {
-		cfg.Egress.ProxyPort = 3129
-	}
-	if cfg.Egress.DNSPort == 0 {
-		cfg.Egress.DNSPort = 53
-	}
-	nm, err := network.New(ctx, network.Config{Bridge: cfg.Bridge, Subnet: subnet, NetNSDir: filepath.Join(cfg.RunDir, "netns"), Table: cfg.Bridge,
-		ProxyPort: cfg.Egress.ProxyPort, DNSPort: cfg.Egress.DNSPort})
-	if err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	defer nm.Close()
-	var mgr *controller.Manager
-	eg, err := startEgress(ctx, cfg, subnet, func(ctx context.Context, name string) (string, bool, error) {
-		return mgr.Secret(ctx, name)
-	}, logf)
-	if err != nil {
-		return err
-	}
-	defer eg.Close()
-	rt := runtime.New(cfg.Runtime, filepath.Join(cfg.RunDir, "runc"))
-	isolations := []string{api.IsolationRunc}
-	var gv *runtime.OCI
-	if cfg.Runsc == "" {
-		cfg.Runsc = findBeside(self(), "runsc")
-	}
-	if cfg.Runsc != "" {
-		gv = runtime.New(cfg.Runsc, filepath.Join(cfg.RunDir, "runsc"))
-		gv.Flags, gv.StartVia = runtime.GVisorFlags(), runtime.GVisorStartVia()
-		// runsc would create its state dir 0711; keep it host-only.
-		if err := os.MkdirAll(gv.Root, 0o700); err != nil {
-			return err
-		}
-		if err := os.Chmod(gv.Root, 0o700); err != nil {
-			return err
-		}
-		isolations = append(isolations, api.IsolationGVisor)
-		logf("gvisor: %s", cfg.Runsc)
-	}
-
-	blobs, blobDesc, err := openBlobs(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	// Snapshot layers are unpacked onto the same btrfs filesystem as the
-	// writable layers: creating the many small files of a workspace is about
-	// twice as fast there as on this host's ext4 root, and restore time is
-	// dominated by that. The name holds '@', which no sandbox id can, so
-	// rootfs never mistakes it for a sandbox's layer.
-	cache, err := snapshot.NewCache(filepath.Join(cfg.DataDir, "uppers", ".layers@cache"))
-	if err != nil {
-		return fmt.Errorf("snapshot cache: %w", err)
-	}
-	logf("blob store: %s", blobDesc)
-
 	if cfg.PreviewListen == "" {
 		cfg.PreviewListen = "127.0.0.1:7080"
 	}
@@ -231,30 +151,28 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		logf("policy: %s (%d allowed images, %d tenants)", cfg.PolicyFile, len(pol.Images), len(pol.Tenants))
 	}
+	var mgr *local.Manager
 	prox := preview.NewProxy(preview.ResolverFunc(func(ctx context.Context, s string, p int, t string) (preview.Exposure, preview.DialFunc, error) {
 		return mgr.Lookup(ctx, s, p, t)
 	}), pcfg)
-	mgr = controller.New(controller.Config{
+	host, err := openNode(ctx, &cfg, nodeWiring{
 		Previews: prox,
 		PreviewURLs: func(e preview.Exposure) (string, string) {
 			return preview.URL(pcfg, e), preview.PathURL(previewBase, e)
 		},
-		Blobs: blobs, Snapshots: layers{cache},
-		Store: st, Images: images{imgs}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
-		UserNS:           controller.UserNSConfig{Base: cfg.UserNSBase},
-		Runtime:          rtAdapter{r: rt, gvisor: gv, runDir: cfg.RunDir, cgroupRoot: "/" + filepath.Base(cfg.RunDir)},
-		Isolations:       isolations,
-		DefaultIsolation: cfg.DefaultIsolation,
-		RunDir:           cfg.RunDir,
-		AgentBinary:      agentBin,
-		DNS:              []string{network.Gateway(subnet).String()},
-		Egress:           eg,
-		AlarmTick:        cfg.AlarmTick,
-		Logf:             logf,
-		Policy:           pol,
+		Policy: pol,
+		Logf:   logf,
 	})
-	imgs.InUse = mgr.ImageInUse
-	objects := durable.NewHost(durable.Config{Store: st, Compute: mgr.Compute(images{imgs}.ListImages), AlarmTick: cfg.AlarmTick, Logf: logf})
+	if err != nil {
+		return err
+	}
+	defer host.close()
+	mgr, st, imgs, rfs := host.mgr, host.store, host.imgs, host.rfs
+	// This machine's node, in-process; the control plane (the objects
+	// and plane) reaches it only through node.Node, except for what is
+	// still node-local (control.NodeLocal).
+	nd := mgr.Compute(images{s: imgs}.ListImages)
+	objects := durable.NewHost(durable.Config{Store: st, Compute: nd, AlarmTick: cfg.AlarmTick, Logf: logf})
 	if err := mgr.AttachObjects(objects); err != nil {
 		return err
 	}
@@ -276,6 +194,10 @@ func Run(ctx context.Context, cfg Config) error {
 	go mgr.Run(ctx)
 	go objects.Run(ctx)
 	go pruneJournal(ctx, st, cfg.JournalRetention, logf)
+	members, err := startMembership(ctx, cfg.Member, started, st, nd, logf)
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -285,10 +207,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := writeClientConfig(filepath.Join(cfg.DataDir, "client.json"), ClientConfig{URL: url, APIKey: key}); err != nil {
 		return err
 	}
-	backend := struct {
-		*controller.Manager
-		images
-	}{mgr, images{imgs}}
+	plane := control.NewPlane(control.PlaneConfig{Objects: objects, Store: st, Node: nd, Local: mgr, Images: images{s: imgs}, NodeName: cfg.Member.Name, Logf: logf})
 	if cfg.E2BTemplates == "" {
 		cfg.E2BTemplates = filepath.Join(cfg.DataDir, "e2b-templates.json")
 	}
@@ -299,29 +218,69 @@ func Run(ctx context.Context, cfg Config) error {
 	// The E2B-compatible API shares the listener: its routes (/sandboxes,
 	// /v2/…, data-plane requests by E2b-Sandbox-Id) never collide with
 	// the native /v1 API or the console.
-	e2bh := e2b.New(mgr, e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf})
+	e2bh := e2b.New(plane, e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf})
 	go e2bh.Run(ctx, time.Second)
-	srv := server.NewHTTPServer("", e2bh.Wrap(web.Mount(server.New(backend, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol)}))))
+	weak := weaken.Off(weaken.HTTPGuard)
+	h := server.Guard(e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members}))),
+		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak})
+	srv := server.NewHTTPServer("", h)
 	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	fmt.Fprintf(os.Stderr, "berth %s serving on %s\n  API key: %s\n  (also saved to %s)\n  E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=<the API key>\n",
-		Version, url, key, filepath.Join(cfg.DataDir, "client.json"), url, url)
+		Version, url, shownKey(key, isTerminal(os.Stderr)), filepath.Join(cfg.DataDir, "client.json"), url, url)
+	limits := server.ConnLimits{MaxConns: cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, Off: weak, Logf: logf}
+	logf("connections: at most %d, %d per client address; fd limit %d", orDefault(cfg.MaxConns, server.DefaultMaxConns), orDefault(cfg.MaxConnsPerIP, server.DefaultMaxConnsPerIP), nofile())
 	psrv := preview.NewServer("", prox)
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- psrv.Serve(pln) }()
+	errc := make(chan error, 3)
+	var nsrv *nodeServer
+	if cfg.Node.Listen != "" {
+		// This node for other berth processes (a control plane
+		// elsewhere), under the cluster credential.
+		tokPath := cfg.Node.tokenPath(cfg.DataDir)
+		token, err := loadOrCreateClusterToken(tokPath, logf)
+		if err != nil {
+			return err
+		}
+		nsrv, err = newNodeServer(cfg.Node, nd, token, limits, server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Weak: weak})
+		if err != nil {
+			return err
+		}
+		logf("node API serving on %s (cluster credential in %s)", nsrv.url, tokPath)
+		go func() { errc <- nsrv.serve() }()
+	}
+	go func() { errc <- srv.Serve(server.LimitListener(ln, limits)) }()
+	go func() { errc <- psrv.Serve(server.LimitListener(pln, limits)) }()
 	select {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 		_ = psrv.Shutdown(sctx)
+		if nsrv != nil {
+			_ = nsrv.srv.Shutdown(sctx)
+		}
 		return nil
 	case err := <-errc:
 		return err
 	}
+}
+
+// makeDirs makes the data and run dirs with their modes. The run dir is
+// searchable (not listable) by others so that a sandbox's mapped root
+// reaches its own mount point under <run>/rootfs; everything else in it is
+// 0700 or public (the agent).
+func makeDirs(cfg Config) error {
+	for d, mode := range map[string]os.FileMode{cfg.DataDir: 0o700, cfg.RunDir: 0o711} {
+		if err := os.MkdirAll(d, mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func loadOrCreateKey(path string) (string, error) {
@@ -352,6 +311,12 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
+		return err
+	}
+	// A temp file left by a crash keeps its own mode through O_CREATE;
+	// a key must not inherit a looser one.
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
 		return err
 	}
 	if _, err := f.Write(data); err != nil {
@@ -431,7 +396,7 @@ func tenants(p *policy.Policy) func(string) (string, bool) {
 }
 
 // pruneJournal drops journal entries older than keep, hourly.
-func pruneJournal(ctx context.Context, st *sqlite.Store, keep time.Duration, logf func(string, ...any)) {
+func pruneJournal(ctx context.Context, st store.Ops, keep time.Duration, logf func(string, ...any)) {
 	if keep <= 0 {
 		keep = 30 * 24 * time.Hour
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/berth-sh/berth/blob"
 	"github.com/berth-sh/berth/blob/fs"
 	"github.com/berth-sh/berth/blob/s3"
-	"github.com/berth-sh/berth/controller"
+	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/snapshot"
 )
 
@@ -39,17 +39,17 @@ func openBlobs(ctx context.Context, cfg Config) (blob.Store, string, error) {
 	return st, "s3 " + b.S3Endpoint + "/" + b.S3Bucket, nil
 }
 
-// layers adapts the snapshot package to controller.Snapshotter.
+// layers adapts the snapshot package to local.Snapshotter.
 type layers struct{ cache *snapshot.Cache }
 
-func (l layers) Capture(ctx context.Context, upper string, w io.Writer) (controller.CaptureStats, error) {
+func (l layers) Capture(ctx context.Context, upper string, w io.Writer) (local.CaptureStats, error) {
 	st, err := snapshot.Capture(ctx, upper, w, snapshot.CaptureOptions{})
-	return controller.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err
+	return local.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err
 }
 
-func (l layers) Squash(ctx context.Context, dirs []string, w io.Writer) (controller.CaptureStats, error) {
+func (l layers) Squash(ctx context.Context, dirs []string, w io.Writer) (local.CaptureStats, error) {
 	st, err := snapshot.Squash(ctx, dirs, w, snapshot.CaptureOptions{})
-	return controller.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err
+	return local.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err
 }
 
 func (l layers) Layer(ctx context.Context, id, sum string, open func(ctx context.Context) (io.ReadCloser, error)) (string, error) {

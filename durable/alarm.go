@@ -37,6 +37,7 @@ func (h *Host) FireDue(ctx context.Context) {
 		h.cfg.Logf("durable: due alarms: %v", err)
 		return
 	}
+	due = h.owned(ctx, due)
 	done := make(chan struct{}, len(due))
 	for _, a := range due {
 		go func(a store.ObjectAlarm) {
@@ -47,6 +48,29 @@ func (h *Host) FireDue(ctx context.Context) {
 	for range due {
 		<-done
 	}
+}
+
+// owned keeps the alarms whose objects this host owns (Config.Owns).
+func (h *Host) owned(ctx context.Context, due []store.ObjectAlarm) []store.ObjectAlarm {
+	if h.cfg.Owns == nil {
+		return due
+	}
+	out := due[:0:0]
+	for _, a := range due {
+		class, id, ok := strings.Cut(a.Object, "/")
+		if !ok {
+			continue
+		}
+		mine, err := h.cfg.Owns(ctx, Address{Class: class, ID: id})
+		if err != nil {
+			h.cfg.Logf("durable: alarm for %s: who owns it: %v", a.Object, err)
+			continue
+		}
+		if mine {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func backoff(attempt int) time.Duration {

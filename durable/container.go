@@ -4,156 +4,34 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"io"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/node"
 )
 
-// Resources is a custom instance size.
-type Resources struct {
-	VCPU      float64 `json:"vcpu"`
-	MemoryMiB int64   `json:"memoryMib"`
-	DiskMB    int64   `json:"diskMb"`
-}
+// The compute an object drives is a node (package node): these are
+// node's types under the names durable's classes have always used, so a
+// custom class compiles unchanged.
+type (
+	Resources       = node.Resources
+	StartOptions    = node.StartOptions
+	StopOptions     = node.StopOptions
+	ExecOptions     = node.ExecOptions
+	SnapshotOptions = node.SnapshotOptions
+	SnapshotHandle  = node.SnapshotHandle
+	ExitInfo        = node.ExitInfo
+	Status          = node.Status
+	Process         = node.Process
+)
 
-// StartOptions choose what the container starts from. Image and Snapshot
-// are mutually exclusive; Instance names a size ("lite", "basic",
-// "standard-1" … "standard-4") unless Resources gives a custom one.
-//
-// Starting a container that exists but sleeps wakes it with its files:
-// Image must then be empty or the image it was created from, Snapshot
-// must be nil (a snapshot starts afresh: the old files go), Env, Labels,
-// Persist and Isolation keep their values from creation (an Isolation
-// that differs is refused), and Instance, Resources, Internet, Network,
-// SleepAfter and KeepAlive apply from this start on.
-type StartOptions struct {
-	Image      string            `json:"image,omitempty"`
-	Snapshot   *SnapshotHandle   `json:"snapshot,omitempty"`
-	Instance   string            `json:"instance,omitempty"`
-	Resources  *Resources        `json:"resources,omitempty"`
-	Internet   bool              `json:"internet"`
-	Env        map[string]string `json:"env,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Entrypoint []string          `json:"entrypoint,omitempty"`
-	// Network is the egress policy (allow/deny rules, secret injection);
-	// nil keeps the container's policy (with Internet applied), or is
-	// Internet alone for a new one. When set, its Internet wins.
-	Network *api.NetworkPolicy `json:"network,omitempty"`
-	// Isolation is api.IsolationRunc or api.IsolationGVisor; "" is the
-	// platform's default. Chosen at creation.
-	Isolation string `json:"isolation,omitempty"`
-	// Persist is api.PersistDisk to copy the files off the host at every
-	// sleep; "" is api.PersistNone. Chosen at creation.
-	Persist string `json:"persist,omitempty"`
-	// SleepAfter is the inactivity timeout (0: the platform's 10m) and
-	// KeepAlive turns it off.
-	SleepAfter time.Duration `json:"sleepAfter,omitempty"`
-	KeepAlive  bool          `json:"keepAlive,omitempty"`
-	// SelfSleep says the object puts the container to sleep itself
-	// (Container.StopIfIdle from its alarm, on Status's LastActive): the
-	// platform's own inactivity timer then leaves it running, and
-	// SleepAfter and KeepAlive are only reported (api.Sandbox.SleepAt).
-	SelfSleep bool `json:"selfSleep,omitempty"`
-}
-
-// StopOptions tune Compute.Stop.
-type StopOptions struct {
-	// Reason is journaled ("requested", "idle for 10m0s", …).
-	Reason string
-	// IdleSince, when set, makes the stop conditional: it does nothing if
-	// the container had activity after IdleSince or has an operation in
-	// flight (checked atomically with the stop, under the platform's lock).
-	IdleSince time.Time
-}
-
-// ExecOptions tune one Exec.
-type ExecOptions struct {
-	Cwd   string
-	Env   map[string]string
-	User  string
-	Stdin []byte
-	PTY   bool
-}
-
-// SnapshotOptions name a container snapshot.
-type SnapshotOptions struct {
-	Name string
-	TTL  time.Duration // 0: the platform default
-}
-
-// SnapshotHandle is plain data: store it in Storage and start from it
-// later, from this object or any other.
-type SnapshotHandle struct {
-	ID              string `json:"id"`
-	Name            string `json:"name,omitempty"`
-	SizeBytes       int64  `json:"sizeBytes"`
-	BaseImageDigest string `json:"baseImageDigest"`
-}
-
-// ExitInfo is what Monitor reports when the container stops.
-type ExitInfo struct {
-	ExitCode int    `json:"exitCode"` // -1 when the platform does not know it
-	Reason   string `json:"reason"`   // destroyed, slept, failed, oom-killed, …
-}
-
-// Status is the compute's view of one container.
-type Status struct {
-	Exists  bool
-	Running bool
-	State   string
-	Error   string
-	OOM     bool
-	// ExitCode is the exit code of the entrypoint (StartOptions.
-	// Entrypoint) once it ended; nil when unknown or still running.
-	ExitCode *int
-	// LastActive is the last API activity on the container (exec, files,
-	// terminals, starts); Busy says an operation is in flight now. An
-	// object that sleeps its container itself (SelfSleep) decides on them.
-	LastActive time.Time
-	Busy       bool
-	// Sandbox is the container's full public view (as GET
-	// /v1/sandboxes/{name} shows it); zero when it does not exist.
-	Sandbox api.Sandbox
-}
-
-// Process is a running Exec.
-type Process interface {
-	Stdout() io.Reader
-	Stderr() io.Reader
-	// Wait blocks until the process exits and returns its exit code.
-	Wait(ctx context.Context) (int, error)
-	// Kill ends the process.
-	Kill() error
-}
-
-// Compute is what the platform provides to run containers: name is a
-// sandbox name. berth's is controller.Manager.Compute (runc containers,
-// rootfs, network, the sandbox inventory); tests use fakes.
-type Compute interface {
-	Start(ctx context.Context, name string, o StartOptions) error
-	Status(ctx context.Context, name string) (Status, error)
-	Exec(ctx context.Context, name string, argv []string, o ExecOptions) (Process, error)
-	Signal(ctx context.Context, name string, sig int) error
-	// Stop stops a running container and keeps its files (it sleeps;
-	// the next Start wakes it). It reports whether it stopped it: false
-	// when it was not running or, with IdleSince, not idle.
-	Stop(ctx context.Context, name string, o StopOptions) (bool, error)
-	// Update changes the options of an existing container without
-	// starting it, as a Start would (see StartOptions): the network
-	// policy and SleepAfter/KeepAlive apply at once, the rest at the
-	// next start.
-	Update(ctx context.Context, name string, o StartOptions) error
-	Destroy(ctx context.Context, name, reason string) error
-	SetInactivityTimeout(ctx context.Context, name string, d time.Duration) error
-	Snapshot(ctx context.Context, name string, o SnapshotOptions) (SnapshotHandle, error)
-	// Images maps the operator's image names to pinned digests.
-	Images(ctx context.Context) (map[string]string, error)
-}
+// Compute is what the platform provides to run containers: a node.Node
+// (name is a sandbox name). berth's is the single host's node
+// (node/local's Manager.Compute); tests use fakes.
+type Compute = node.Node
 
 // Container controls one object's compute: a berth sandbox named after
 // the object (SandboxName). Lifecycle calls are journaled.
@@ -329,7 +207,7 @@ func (c *Container) Destroy(ctx context.Context, reason string) error {
 	}
 	return c.journal.record(ctx, "container.destroy", map[string]string{"reason": reason}, func(ctx context.Context) error {
 		err := c.compute.Destroy(ctx, c.name, reason)
-		if errors.Is(err, errdefs.ErrNotFound) {
+		if errdefs.IsKind(err, errdefs.ErrNotFound) {
 			return nil
 		}
 		return err

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/node"
+	"github.com/berth-sh/berth/node/nodetest"
 )
 
 // fakeCompute is a Compute with containers in a map.
@@ -25,6 +28,9 @@ type fakeCompute struct {
 }
 
 func (f *fakeCompute) Start(ctx context.Context, name string, o durable.StartOptions) error {
+	if err := api.ValidateSandboxName(name); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.running[name] {
@@ -34,6 +40,9 @@ func (f *fakeCompute) Start(ctx context.Context, name string, o durable.StartOpt
 	return nil
 }
 func (f *fakeCompute) Status(ctx context.Context, name string) (durable.Status, error) {
+	if err := api.ValidateSandboxName(name); err != nil {
+		return durable.Status{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := durable.Status{Exists: f.exists[name], Running: f.running[name], State: "sleeping"}
@@ -57,6 +66,9 @@ func (f *fakeCompute) Signal(ctx context.Context, name string, sig int) error {
 	return nil
 }
 func (f *fakeCompute) Stop(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
+	if err := api.ValidateSandboxName(name); err != nil {
+		return false, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.exists[name] {
@@ -67,9 +79,15 @@ func (f *fakeCompute) Stop(ctx context.Context, name string, o durable.StopOptio
 	return was, nil
 }
 func (f *fakeCompute) Update(ctx context.Context, name string, o durable.StartOptions) error {
+	if err := api.ValidateSandboxName(name); err != nil {
+		return err
+	}
 	return nil
 }
 func (f *fakeCompute) Destroy(ctx context.Context, name, reason string) error {
+	if err := api.ValidateSandboxName(name); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.exists[name] {
@@ -291,5 +309,66 @@ func TestContainerStopAndStatus(t *testing.T) {
 	}
 	if ops["container.stop"] != 2 || ops["container.update"] != 1 || ops["container.start"] != 1 {
 		t.Fatalf("journal: %v", ops)
+	}
+}
+
+func (f *fakeCompute) Agent(ctx context.Context, name string) (*agentclient.Client, func(), error) {
+	return nil, nil, errdefs.FailedPrecondition("fake compute has no agents")
+}
+
+func (f *fakeCompute) Info(ctx context.Context) (node.Info, error) {
+	return node.Info{ID: "fake", Capacity: node.Capacity{VCPU: 2, MemoryMiB: 4096}}, nil
+}
+
+// TestFakeComputeConforms: the fake these tests drive keeps the node
+// contract's lifecycle, so Container is tested against what it meets.
+func TestFakeComputeConforms(t *testing.T) {
+	nodetest.Run(t, func(*testing.T) node.Node { return &fakeCompute{running: map[string]bool{}, exists: map[string]bool{}} }, nodetest.WithoutExec())
+}
+
+// Two hosts on one store (two nodes of a cluster): only the host that owns
+// an object delivers its alarm, and the other neither runs it nor uses up
+// its retries. Negative control: without Owns both hosts deliver.
+func TestAlarmOnlyWhereOwned(t *testing.T) {
+	for _, withOwns := range []bool{true, false} {
+		st := openStore(t, filepath.Join(t.TempDir(), "state.db"))
+		now := time.Now()
+		var mu sync.Mutex
+		delivered := map[string]int{}
+		host := func(name string) *durable.Host {
+			cfg := durable.Config{Store: st, MaxAlarmRetries: 3, Now: func() time.Time { return now }}
+			if withOwns {
+				cfg.Owns = func(_ context.Context, a durable.Address) (bool, error) { return a.ID == "of-"+name, nil }
+			}
+			h := durable.NewHost(cfg)
+			fails := 0
+			seen := []int{}
+			if err := h.Register("Flaky", (*Flaky)(nil), func(*durable.State) (any, error) {
+				mu.Lock()
+				delivered[name]++
+				mu.Unlock()
+				return &Flaky{&mu, &fails, &seen}, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return h
+		}
+		h1, h2 := host("h1"), host("h2")
+		ctx := context.Background()
+		addr := durable.Address{Class: "Flaky", ID: "of-h1"}
+		_ = h1.DoAs(ctx, addr, func(_ any, s *durable.State) error { return s.SetAlarm(ctx, now) })
+		mu.Lock()
+		delivered = map[string]int{} // DoAs constructed it on h1
+		mu.Unlock()
+		h2.FireDue(ctx)
+		h1.FireDue(ctx)
+		var armed bool
+		_ = h1.DoAs(ctx, addr, func(_ any, s *durable.State) error { _, armed, _ = s.GetAlarm(ctx); return nil })
+		if withOwns && (delivered["h2"] != 0 || armed) {
+			t.Fatalf("with Owns: h2 constructed the object %d times; alarm still armed: %v", delivered["h2"], armed)
+		}
+		if !withOwns && delivered["h2"] == 0 {
+			t.Fatal("negative control: without Owns the other host did not deliver: the test cannot tell")
+		}
 	}
 }

@@ -12,8 +12,18 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/store/sqlite"
 )
+
+// needFailpoints skips a test that kills its helper at a failpoint when the
+// test binary was built without them (go test without -tags berthtest).
+func needFailpoints(t *testing.T) {
+	t.Helper()
+	if !failpoint.Enabled {
+		t.Skip("needs failpoints: run with go test -tags berthtest (scripts/test.sh does)")
+	}
+}
 
 // The crash tests run a "daemon" in a child process (this test binary,
 // re-executed with DURABLE_HELPER set) and kill it at a failpoint with a
@@ -165,6 +175,7 @@ func keys(t *testing.T, db string) (a, b int) {
 
 // TestTransactionAtomicUnderKill9 is issue test 1.
 func TestTransactionAtomicUnderKill9(t *testing.T) {
+	needFailpoints(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "state.db")
 	h, closeStore, err := ledgerHost(db, dir)
@@ -206,6 +217,7 @@ func lines(path string) []string {
 // the handler goes through the journal; the negative control without the
 // journal shows the effect twice.
 func TestAlarmDuringDowntime(t *testing.T) {
+	needFailpoints(t)
 	for _, journal := range []bool{true, false} {
 		t.Run(fmt.Sprintf("journal=%v", journal), func(t *testing.T) {
 			dir := t.TempDir()

@@ -18,7 +18,7 @@
 // callable over RPC.
 //
 // The package knows nothing of how compute is run: the daemon supplies a
-// Compute implementation (controller.Manager.Compute), tests a fake.
+// Compute, a node.Node (node/local's Manager.Compute), tests a fake.
 // berth's own sandbox controller is a class on this API (package
-// controller/sandboxclass). See docs/CONTROLLERS.md.
+// controller). See docs/CONTROLLERS.md.
 package durable

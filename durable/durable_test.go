@@ -48,6 +48,7 @@ func (c *Counter) Slow(ctx context.Context) error {
 
 func (c *Counter) Fail(ctx context.Context) error { return errdefs.FailedPrecondition("nope") }
 
+//lint:ignore U1000 it exists to show that an unexported method is never callable
 func (c *Counter) helper() {} // unexported: never callable
 
 func newCounter(st *durable.State) (any, error) { return &Counter{st: st}, nil }

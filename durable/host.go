@@ -41,6 +41,13 @@ type Config struct {
 	// without calls (default 15m); the next call constructs it again.
 	// Objects keep what must survive in Storage.
 	EvictAfter time.Duration
+	// Owns, when set, says whether this host is where addr lives: in a
+	// cluster every host shares the store, and an alarm is delivered only
+	// by the host that owns its object (for a sandbox's object, the node
+	// that owns the sandbox), never by the others, which skip it without
+	// counting an attempt. An error skips the alarm until the next tick.
+	// Nil: every object is this host's (a single host).
+	Owns func(ctx context.Context, addr Address) (bool, error)
 	// Now is the clock (tests move it); default time.Now.
 	Now  func() time.Time
 	Logf func(format string, args ...any)
@@ -206,7 +213,7 @@ func (h *Host) ensure(c *class, in *instance) error {
 // only an error). An unknown class or method is not found; args that do
 // not decode are invalid argument.
 func (h *Host) Call(ctx context.Context, addr Address, name string, args json.RawMessage) (json.RawMessage, error) {
-	c, in, err := h.lookup(addr)
+	c, _, err := h.lookup(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -219,14 +226,14 @@ func (h *Host) Call(ctx context.Context, addr Address, name string, args json.Ra
 		p := reflect.New(m.argType)
 		if len(args) > 0 && string(args) != "null" {
 			if err := json.Unmarshal(args, p.Interface()); err != nil {
-				return nil, errdefs.InvalidArgument("%s.%s: bad arguments: %v", addr.Class, name, err)
+				return nil, errdefs.InvalidArgument("%s.%s: bad arguments: %w", addr.Class, name, err)
 			}
 		}
 		callArgs = append(callArgs, p.Elem())
 	} else if len(args) > 0 && string(args) != "null" && string(args) != "{}" {
 		return nil, errdefs.InvalidArgument("%s.%s takes no arguments", addr.Class, name)
 	}
-	c, in, err = h.acquire(addr)
+	c, in, err := h.acquire(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +251,7 @@ func (h *Host) Call(ctx context.Context, addr Address, name string, args json.Ra
 	}
 	b, err := json.Marshal(out[0].Interface())
 	if err != nil {
-		return nil, errdefs.Internal("%s.%s: encode result: %v", addr.Class, name, err)
+		return nil, errdefs.Internal("%s.%s: encode result: %w", addr.Class, name, err)
 	}
 	return b, nil
 }

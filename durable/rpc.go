@@ -21,7 +21,7 @@ func TenantID(tenant, id string) string {
 	return "t" + hex.EncodeToString(sum[:5]) + "." + id
 }
 
-// CallObject is Call for an RPC caller (server.Objects): the id is taken
+// CallObject is Call for an RPC caller (control.Objects): the id is taken
 // within the caller's tenant (TenantID).
 func (h *Host) CallObject(ctx context.Context, class, id, method string, args json.RawMessage) (json.RawMessage, error) {
 	if len(id) > 128 {
@@ -31,7 +31,7 @@ func (h *Host) CallObject(ctx context.Context, class, id, method string, args js
 }
 
 // ObjectJournalName is the journal stream of an object: its container's
-// sandbox name (server.Objects).
+// sandbox name (control.Objects).
 func (h *Host) ObjectJournalName(ctx context.Context, class, id string) string {
 	return SandboxName(Address{Class: class, ID: TenantID(policy.TenantFrom(ctx), id)})
 }

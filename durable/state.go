@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -89,7 +88,7 @@ func (h *Host) do(ctx context.Context, stream, key, op string, args any, out any
 	e, err := h.cfg.Store.Begin(ctx, store.JournalEntry{Sandbox: stream, Op: op, Key: key, Args: string(ab), At: h.cfg.Now()})
 	switch {
 	case err == nil:
-	case errors.Is(err, errdefs.ErrAlreadyExists):
+	case errdefs.IsKind(err, errdefs.ErrAlreadyExists):
 		switch e.Status {
 		case store.OpDone:
 			if out != nil && e.Result != "" {

@@ -55,7 +55,7 @@ func encode(k string, v any) ([]byte, error) {
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return nil, errdefs.InvalidArgument("storage value for %q is not JSON-encodable: %v", k, err)
+		return nil, errdefs.InvalidArgument("storage value for %q is not JSON-encodable: %w", k, err)
 	}
 	if len(b) > MaxValueBytes {
 		return nil, errdefs.InvalidArgument("storage value for %q is %d bytes (limit %d)", k, len(b), MaxValueBytes)
@@ -74,7 +74,7 @@ func (s *Storage) Get(ctx context.Context, key string, v any) (bool, error) {
 	}
 	if v != nil {
 		if err := json.Unmarshal(b, v); err != nil {
-			return true, errdefs.InvalidArgument("storage value for %q does not decode into %T: %v", key, v, err)
+			return true, errdefs.InvalidArgument("storage value for %q does not decode into %T: %w", key, v, err)
 		}
 	}
 	return true, nil

@@ -5,49 +5,24 @@ import (
 	"errors"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/reqinfo"
 )
 
-// connectErr maps berth's error taxonomy onto Connect codes, which the SDK
-// turns into its own errors (not_found → NotFoundError, …).
+// connectErr maps berth's error taxonomy onto Connect codes through the
+// E2B table (e2bCodes). An error that is already a Connect error, and has
+// no errdefs kind of its own, passes as it is.
 func connectErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if errdefs.Kind(err) == nil && errors.As(err, &ce) {
 		return err
 	}
-	code := connect.CodeInternal
-	switch {
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	default:
-		switch errdefs.Code(err) {
-		case "not_found":
-			code = connect.CodeNotFound
-		case "already_exists":
-			code = connect.CodeAlreadyExists
-		case "invalid_argument":
-			code = connect.CodeInvalidArgument
-		case "failed_precondition":
-			code = connect.CodeFailedPrecondition
-		case "unavailable":
-			code = connect.CodeUnavailable
-		case "resource_exhausted":
-			code = connect.CodeResourceExhausted
-		case "permission_denied":
-			code = connect.CodePermissionDenied
-		case "unauthenticated":
-			code = connect.CodeUnauthenticated
-		case "deadline_exceeded":
-			code = connect.CodeDeadlineExceeded
-		}
-	}
-	return connect.NewError(code, errors.New(err.Error()))
+	return connect.NewError(connectCode(err), errors.New(err.Error()))
 }
 
 // errorInterceptor applies connectErr to every handler's error.
@@ -56,8 +31,25 @@ type errorInterceptor struct{}
 func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
-		return res, connectErr(err)
+		return res, withRequestID(ctx, connectErr(err))
 	}
+}
+
+// withRequestID puts the request id (see package reqinfo) into a Connect
+// error: as a google.protobuf.StringValue detail, which is part of the
+// error's body, and as X-Request-Id metadata, which a streaming answer
+// carries in its end-of-stream message.
+func withRequestID(ctx context.Context, err error) error {
+	var ce *connect.Error
+	id := reqinfo.ID(ctx)
+	if id == "" || !errors.As(err, &ce) {
+		return err
+	}
+	if d, derr := connect.NewErrorDetail(wrapperspb.String("request id " + id)); derr == nil {
+		ce.AddDetail(d)
+	}
+	ce.Meta().Set(reqinfo.Header, id)
+	return ce
 }
 
 func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -66,6 +58,6 @@ func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) co
 
 func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return connectErr(next(ctx, conn))
+		return withRequestID(ctx, connectErr(next(ctx, conn)))
 	}
 }

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,8 +14,9 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/server"
 )
 
 const maxControlBody = 1 << 20
@@ -85,6 +87,19 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
 	if parts[0] == "v2" {
 		parts = parts[1:]
 	}
+	if h.opts.Forward != nil && parts[0] == "sandboxes" && len(parts) >= 2 && validID(parts[1]) {
+		// Everything about one sandbox is its owner's to answer: the
+		// process and watcher tables and the streams that kill and pause
+		// end live there.
+		out, err := h.opts.Forward.Sandbox(w, r, parts[1], forward.Route{Face: forward.API})
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		if out == forward.Proxied {
+			return
+		}
+	}
 	var err error
 	switch {
 	case parts[0] == "sandboxes" && len(parts) == 1 && r.Method == http.MethodPost:
@@ -142,13 +157,15 @@ func decodeBody(r *http.Request, v any) error {
 		if errors.As(err, &mbe) {
 			return errdefs.InvalidArgument("request body is larger than %d bytes", mbe.Limit)
 		}
-		return errdefs.InvalidArgument("read body: %v", err)
+		return errdefs.InvalidArgument("read body: %w", err)
 	}
+	// Readable again: a create placed on another node is forwarded with it.
+	r.Body = io.NopCloser(bytes.NewReader(b))
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return errdefs.InvalidArgument("invalid JSON body: %v", err)
+		return errdefs.InvalidArgument("invalid JSON body: %w", err)
 	}
 	return nil
 }
@@ -208,6 +225,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 		labels[labelAutoResume] = "true"
 	}
 	req.Labels = labels
+	if h.opts.Forward != nil {
+		// decodeBody left the body readable again for this.
+		out, err := h.opts.Forward.Create(w, r, req, forward.Route{Face: forward.API})
+		if err != nil || out == forward.Proxied {
+			return err
+		}
+	}
 	sb, _, err := h.b.GetOrCreate(r.Context(), req, true)
 	if err != nil {
 		// A sandbox that failed to start is not left behind half-made.
@@ -338,11 +362,11 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) error {
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := server.ListFilter{Labels: map[string]string{labelManaged: "1"}}
+	f := control.ListFilter{Labels: map[string]string{labelManaged: "1"}}
 	if md := q.Get("metadata"); md != "" {
 		vals, err := url.ParseQuery(md)
 		if err != nil {
-			return errdefs.InvalidArgument("metadata filter %q: %v", md, err)
+			return errdefs.InvalidArgument("metadata filter %q: %w", md, err)
 		}
 		for k, v := range vals {
 			f.Labels[labelMetaPrefix+k] = v[0]
@@ -364,7 +388,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	if s := q.Get("startedAfter"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return errdefs.InvalidArgument("startedAfter %q: %v", s, err)
+			return errdefs.InvalidArgument("startedAfter %q: %w", s, err)
 		}
 		startedAfter = t
 	}

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/berth-sh/berth/e2b/envdpb/process/processconnect"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -59,12 +60,26 @@ func (h *Handler) envdMux() *http.ServeMux {
 func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, id string, port int) {
 	ctx := context.WithValue(r.Context(), sandboxKey{}, id)
 	r = r.WithContext(ctx)
-	switch port {
-	case EnvdPort:
-		if r.URL.Path != "/health" && !h.envdAuthorized(r, id) {
-			writeJSON(w, http.StatusUnauthorized, apiError{Code: 401, Message: "unauthorized access, please provide a valid access token or method signing if supported"})
+	if port == EnvdPort && r.URL.Path != "/health" && !h.envdAuthorized(r, id) {
+		writeJSON(w, http.StatusUnauthorized, apiError{Code: 401, Message: "unauthorized access, please provide a valid access token or method signing if supported"})
+		return
+	}
+	if h.opts.Forward != nil && validID(id) {
+		// The owner serves the data plane (its process and watcher
+		// tables, its agent). The envd token was checked here and
+		// travels on (the owner checks it again); Authorization is the
+		// app's own, not berth's key, and passes too.
+		out, err := h.opts.Forward.Sandbox(w, r, id, forward.Route{Face: forward.API, KeepAuthorization: true})
+		if err != nil {
+			writeErr(w, err)
 			return
 		}
+		if out == forward.Proxied {
+			return
+		}
+	}
+	switch port {
+	case EnvdPort:
 		h.envd.ServeHTTP(w, r)
 	case InterpreterPort:
 		h.serveInterpreter(w, r, id)
@@ -106,7 +121,9 @@ func (h *Handler) signatureOK(r *http.Request, id string) error {
 			return errdefs.Unauthenticated("invalid signature")
 		}
 		if time.Now().Unix() > n {
-			return errdefs.Unauthenticated("signature is already expired")
+			// Unauthenticated (401), caused by the expiry, which
+			// serveSignedFiles prefers to report.
+			return errdefs.Wrap(errdefs.ErrUnauthenticated, errdefs.ErrExpired, "signature is already expired")
 		}
 		raw += ":" + exp
 	}
@@ -140,7 +157,7 @@ func (h *Handler) serveSignedFiles(w http.ResponseWriter, r *http.Request) {
 			h.serveData(w, r, sb.Name, EnvdPort)
 			return
 		}
-		if strings.Contains(err.Error(), "expired") {
+		if errors.Is(err, errdefs.ErrExpired) {
 			lastErr = err
 		}
 	}
@@ -170,7 +187,7 @@ func writeGone(w http.ResponseWriter, id string) {
 func (h *Handler) proxyPort(w http.ResponseWriter, r *http.Request, id string, port int) {
 	ag, release, err := h.agent(r.Context(), id)
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrUnavailable) {
+		if errdefs.IsKind(err, errdefs.ErrNotFound) || errdefs.IsKind(err, errdefs.ErrUnavailable) {
 			writeGone(w, id)
 			return
 		}

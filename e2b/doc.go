@@ -38,7 +38,10 @@
 //   - StreamInput (unused by the SDKs): Connect unimplemented.
 //   - Code interpreter languages other than python, javascript and
 //     typescript (r, java, bash): 400.
-//   - getMetrics: one sample taken now (memory, disk); cpuUsedPct is 0.
+//   - getMetrics: berth samples only when asked (memory, disk; cpuUsedPct
+//     is 0), not every few seconds: the start/end window returns the
+//     samples earlier calls took in it (up to 120 per sandbox, one hour),
+//     plus one taken now when the window reaches the present.
 //   - sudo inside the sandbox: berth sets no-new-privileges, so sudo
 //     fails; run commands with user "root" instead.
 //   - getHost(port) names {port}-{id}.e2b.app (the SDK's default domain);

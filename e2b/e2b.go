@@ -8,7 +8,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -18,10 +17,12 @@ import (
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/reqinfo"
 	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/policy"
-	"github.com/berth-sh/berth/server"
 )
 
 // EnvdVersion is what berth reports as the sandbox's envd version. The SDK
@@ -45,18 +46,17 @@ const (
 	labelMetaPrefix = "e2b.meta."       // one label per metadata key
 )
 
-// Backend is what the E2B face needs from the controller.
+// Backend is what the E2B face needs from the control plane (package
+// control's contracts; the daemon's control plane implements it).
 type Backend interface {
-	server.Sandboxes
-	server.AgentAccess
+	control.Sandboxes
+	control.AgentAccess
+	control.Labels
 	Snapshot(ctx context.Context, sandbox string, req api.SnapshotRequest) (api.Snapshot, error)
 	GetSnapshot(ctx context.Context, id string) (api.Snapshot, error)
 	ListSnapshots(ctx context.Context, sandbox, name string) ([]api.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Fork(ctx context.Context, source string, req api.ForkRequest) (api.ForkResult, error)
-	// SetLabels writes labels (an empty value removes one) without waking
-	// the sandbox.
-	SetLabels(ctx context.Context, name string, set map[string]string) (api.Sandbox, error)
 	// SetNetwork replaces the sandbox's egress policy (at once, for a
 	// running sandbox).
 	SetNetwork(ctx context.Context, name string, p api.NetworkPolicy) (api.NetworkPolicy, error)
@@ -82,6 +82,10 @@ type Options struct {
 	// policy (as the native API does); the tenant's calls then see and
 	// touch only its own sandboxes and pass its quotas. nil: only APIKey.
 	Tenants func(key string) (tenant string, ok bool)
+	// Forward sends requests for sandboxes another node owns to that
+	// node, and creates to the node placement chose (control/forward);
+	// nil: a single host.
+	Forward forward.Router
 	Logf    func(format string, args ...any)
 }
 
@@ -100,6 +104,8 @@ type Handler struct {
 	watchers *watcherTable
 	owners   *ownerCache
 	envd     http.Handler
+	// metricHist holds the samples getMetrics took (lifecycle.go).
+	metricHist metricHistory
 	// weakToken switches the access-token check off (BERTH_TEST_WEAKEN=
 	// e2b-access-token): the negative control of the token tests.
 	weakToken bool
@@ -184,6 +190,14 @@ func dataPlaneTarget(r *http.Request) (id string, port int, ok bool) {
 	return "", 0, false
 }
 
+// AppTraffic reports a data-plane request the E2B face proxies to a server
+// the user runs inside a sandbox (any port but envd's and the
+// interpreter's): its path is the application's, passed on as it is.
+func AppTraffic(r *http.Request) bool {
+	_, port, ok := dataPlaneTarget(r)
+	return ok && port != EnvdPort && port != InterpreterPort
+}
+
 func atoiPort(s string) int {
 	n := 0
 	for _, c := range s {
@@ -244,6 +258,14 @@ func (h *Handler) tokenOK(id, got string) bool {
 // authorize checks the control-plane key: the daemon's key, or a
 // tenant's (whose name then rides in the request's context).
 func (h *Handler) authorize(r *http.Request) (*http.Request, bool) {
+	if id, ok := forward.From(r.Context()); ok {
+		// Forwarded by the node that authenticated the caller; only the
+		// node listener's Receiver can put this in the context.
+		if id.Tenant != "" {
+			r = r.WithContext(policy.WithTenant(r.Context(), id.Tenant))
+		}
+		return r, true
+	}
 	key := r.Header.Get("X-API-Key")
 	if key == "" {
 		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
@@ -268,6 +290,9 @@ func (h *Handler) authorize(r *http.Request) (*http.Request, bool) {
 type apiError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	// RequestID (berth's addition) matches the answer to the daemon's
+	// request log line; writeJSON fills it in from X-Request-Id.
+	RequestID string `json:"requestId,omitempty"`
 }
 
 // writeErr answers err as {code, message} with the status berth's error
@@ -279,17 +304,11 @@ func writeErr(w http.ResponseWriter, err error) {
 	writeJSON(w, st, apiError{Code: st, Message: msg})
 }
 
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, errdefs.ErrResourceExhausted) && strings.Contains(err.Error(), "disk"):
-		return http.StatusInsufficientStorage
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusBadGateway
-	}
-	return api.HTTPStatus(err)
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if e, ok := v.(apiError); ok && e.RequestID == "" {
+		e.RequestID = w.Header().Get(reqinfo.Header)
+		v = e
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
@@ -368,7 +387,7 @@ func (h *Handler) lookup(ctx context.Context, id string) (api.Sandbox, error) {
 	}
 	sb, err := h.b.Get(ctx, id)
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
+		if errdefs.IsKind(err, errdefs.ErrNotFound) || errdefs.IsKind(err, errdefs.ErrInvalidArgument) {
 			return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", id)
 		}
 		return api.Sandbox{}, err

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -534,6 +535,51 @@ func TestTenantKeys(t *testing.T) {
 		}
 		if c.status != http.StatusCreated && len(callers) != 0 {
 			t.Fatalf("key %q: refused, yet the backend was called", c.key)
+		}
+	}
+}
+
+// TestMetricsWindow (issue 12 item 23): getMetrics honours its start and
+// end bounds (unix seconds), as E2B's API filters its samples.
+func TestMetricsWindow(t *testing.T) {
+	e := setup(t)
+	get := func(q string) []metricBody {
+		t.Helper()
+		res := e.control(http.MethodGet, "/sandboxes/"+e.id+"/metrics"+q, "", testKey)
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("metrics%s: %d", q, res.StatusCode)
+		}
+		var out []metricBody
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	now := time.Now().Unix()
+	first := get("")
+	if len(first) != 1 || first[0].TimestampUnix < now-5 {
+		t.Fatalf("unbounded: %+v", first)
+	}
+	if got := get(fmt.Sprintf("?end=%d", now-3600)); len(got) != 0 {
+		t.Fatalf("a window that ended an hour ago: %+v", got)
+	}
+	if got := get(fmt.Sprintf("?start=%d", now+3600)); len(got) != 0 {
+		t.Fatalf("a window that starts in an hour: %+v", got)
+	}
+	// A window over the present: the earlier sample and one taken now.
+	got := get(fmt.Sprintf("?start=%d&end=%d", now-60, now+60))
+	if len(got) != 2 || !got[0].Timestamp.Equal(first[0].Timestamp) || got[1].Timestamp.Before(got[0].Timestamp) {
+		t.Fatalf("window over now: %+v", got)
+	}
+	// A past window holds what was sampled in it, without a new sample.
+	if got := get(fmt.Sprintf("?start=%d&end=%d", now-60, first[0].TimestampUnix)); len(got) < 1 || !got[0].Timestamp.Equal(first[0].Timestamp) {
+		t.Fatalf("past window: %+v", got)
+	}
+	for _, q := range []string{"?start=soon", "?end=-1", "?start=1.5"} {
+		res := e.control(http.MethodGet, "/sandboxes/"+e.id+"/metrics"+q, "", testKey)
+		if ae := decodeErr(t, res); res.StatusCode != http.StatusBadRequest || !strings.Contains(ae.Message, "unix time in seconds") {
+			t.Fatalf("metrics%s: %d %+v", q, res.StatusCode, ae)
 		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/berth-sh/berth/agent/agenttest"
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/policy"
-	"github.com/berth-sh/berth/server"
 )
 
 // fakeBackend keeps sandboxes in memory; every sandbox shares one
@@ -61,7 +61,7 @@ func (f *fakeBackend) Get(_ context.Context, name string) (api.Sandbox, error) {
 	return sb, nil
 }
 
-func (f *fakeBackend) List(_ context.Context, lf server.ListFilter) ([]api.Sandbox, error) {
+func (f *fakeBackend) List(_ context.Context, lf control.ListFilter) ([]api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []api.Sandbox

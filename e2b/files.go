@@ -1,8 +1,8 @@
 package e2b
 
 import (
+	"bufio"
 	"compress/gzip"
-	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/filetype"
 )
 
 // fileEntry is envd's REST EntryInfo (the answer of POST /files).
@@ -23,7 +25,7 @@ type fileEntry struct {
 // writeFileErr answers a /files failure in envd's form ({code, message});
 // a sandbox that is gone is the proxy's 502.
 func writeFileErr(w http.ResponseWriter, id string, err error) {
-	if errors.Is(err, errdefs.ErrUnavailable) {
+	if errdefs.IsKind(err, errdefs.ErrUnavailable) {
 		writeGone(w, id)
 		return
 	}
@@ -45,7 +47,7 @@ func (h *Handler) readFiles(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	p := resolvePath(q.Get("path"))
+	p := resolvePathAs(q.Get("username"), q.Get("path"))
 	ag, release, err := h.agent(r.Context(), id)
 	if err != nil {
 		writeFileErr(w, id, err)
@@ -67,13 +69,24 @@ func (h *Handler) readFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rc.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
+	// The type from the name and the first bytes (internal/filetype, as
+	// the native API); nosniff keeps browsers to it.
+	br := bufio.NewReaderSize(rc, 64<<10)
+	head, err := br.Peek(filetype.SniffLen)
+	if err != nil && err != io.EOF && err != bufio.ErrBufferFull {
+		writeFileErr(w, id, err)
+		return
+	}
+	mt, binary := filetype.Detect(p, head)
+	w.Header().Set("Content-Type", mt)
+	w.Header().Set(api.BinaryHeader, strconv.FormatBool(binary))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": fi.Name}))
 	if wantsGzip(r.Header.Get("Accept-Encoding")) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Set("Vary", "Accept-Encoding")
 		gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
-		if _, err := io.Copy(gz, rc); err != nil {
+		if _, err := io.Copy(gz, br); err != nil {
 			panic(http.ErrAbortHandler)
 		}
 		if err := gz.Close(); err != nil {
@@ -82,7 +95,7 @@ func (h *Handler) readFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
-	if _, err := io.Copy(w, rc); err != nil {
+	if _, err := io.Copy(w, br); err != nil {
 		// A short body must not look complete.
 		panic(http.ErrAbortHandler)
 	}
@@ -122,17 +135,17 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		gz, err := gzip.NewReader(r.Body)
 		if err != nil {
-			writeErr(w, errdefs.InvalidArgument("gzip body: %v", err))
+			writeErr(w, errdefs.InvalidArgument("gzip body: %w", err))
 			return
 		}
 		defer gz.Close()
 		body = gz
 	}
 	write := func(target string, src io.Reader) (fileEntry, error) {
-		p := resolvePath(target)
+		p := resolvePathAs(q.Get("username"), target)
 		if err := ag.WriteFileAs(r.Context(), p, src, 0, q.Get("username")); err != nil {
-			if strings.Contains(err.Error(), "no space") || strings.Contains(err.Error(), "quota") {
-				return fileEntry{}, errdefs.ResourceExhausted("not enough disk space: %v", err)
+			if errdefs.IsKind(err, errdefs.ErrNoSpace) { // ENOSPC or EDQUOT in the sandbox
+				return fileEntry{}, errdefs.NoSpace("not enough disk space: %w", err)
 			}
 			return fileEntry{}, err
 		}
@@ -148,7 +161,7 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			if err != nil {
-				writeErr(w, errdefs.InvalidArgument("multipart body: %v", err))
+				writeErr(w, errdefs.InvalidArgument("multipart body: %w", err))
 				return
 			}
 			if part.FormName() != "file" {

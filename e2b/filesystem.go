@@ -25,7 +25,52 @@ func (s *filesystemService) agent(ctx context.Context) (*agentclient.Client, fun
 	return s.h.agent(ctx, sandboxFrom(ctx))
 }
 
-// entry converts berth's FileInfo to envd's EntryInfo.
+// homeOf is the home directory of an E2B user ("user" or root), where
+// envd resolves relative paths and "~".
+func homeOf(user string) string {
+	if user == "root" {
+		return "/root"
+	}
+	return homeDir
+}
+
+// resolvePathAs makes an E2B path absolute for user, as envd does:
+// relative paths and "~" are in that user's home.
+func resolvePathAs(user, p string) string {
+	home := homeOf(user)
+	if p == "" || p == "~" {
+		return home
+	}
+	if strings.HasPrefix(p, "~/") {
+		p = home + p[1:]
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = home + "/" + p
+	}
+	return path.Clean(p)
+}
+
+// scope reads the acting user of an RPC (its Basic Authorization) and
+// returns ctx carrying it for the agent's file calls (the owner of what
+// they create) and a path resolver for that user.
+func scope[T any](ctx context.Context, req *connect.Request[T]) (context.Context, func(string) string, error) {
+	auth := req.Header().Get("Authorization")
+	user, err := userFrom(auth)
+	if err != nil {
+		return nil, nil, err
+	}
+	if auth != "" {
+		// Named: the agent acts as that user. Otherwise its default
+		// user acts (the image may have no "user").
+		ctx = agentclient.WithFileOptions(ctx, agentclient.FileOptions{User: user})
+	}
+	return ctx, func(p string) string { return resolvePathAs(user, p) }, nil
+}
+
+// entry converts berth's FileInfo to envd's EntryInfo. Mode is the
+// permission bits alone (0755 → 493), as envd's; only the permissions
+// string carries the type ("drwxr-xr-x"): Go's fs.FileMode type flags
+// (ModeDir is bit 31) never reach the wire.
 func (s *filesystemService) entry(ctx context.Context, ag *agentclient.Client, fi api.FileInfo) *fspb.EntryInfo {
 	mode := fs.FileMode(fi.Mode & 0o777)
 	if fi.Mode&0o4000 != 0 {
@@ -51,7 +96,7 @@ func (s *filesystemService) entry(ctx context.Context, ag *agentclient.Client, f
 	}
 	owner, group := s.h.owners.names(ctx, sandboxFrom(ctx), ag, fi.UID, fi.GID)
 	e := &fspb.EntryInfo{
-		Name: fi.Name, Type: t, Path: fi.Path, Size: fi.Size, Mode: uint32(mode),
+		Name: fi.Name, Type: t, Path: fi.Path, Size: fi.Size, Mode: uint32(mode.Perm()),
 		Permissions: mode.String(), Owner: owner, Group: group,
 		ModifiedTime: timestamppb.New(fi.ModTime), Metadata: map[string]string{},
 	}
@@ -71,7 +116,11 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[fspb.
 		return nil, err
 	}
 	defer release()
-	fi, err := ag.Stat(ctx, resolvePath(req.Msg.Path))
+	ctx, resolve, err := scope(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := ag.Stat(ctx, resolve(req.Msg.Path))
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +133,11 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fs
 		return nil, err
 	}
 	defer release()
-	p := resolvePath(req.Msg.Path)
+	ctx, resolve, err := scope(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	p := resolve(req.Msg.Path)
 	if fi, err := ag.Stat(ctx, p); err == nil {
 		if fi.Type == "dir" {
 			return nil, errdefs.AlreadyExists("directory %s already exists", p)
@@ -107,7 +160,11 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[fspb.
 		return nil, err
 	}
 	defer release()
-	src, dst := resolvePath(req.Msg.Source), resolvePath(req.Msg.Destination)
+	ctx, resolve, err := scope(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	src, dst := resolve(req.Msg.Source), resolve(req.Msg.Destination)
 	if err := ag.Rename(ctx, api.RenameRequest{From: src, To: dst}); err != nil {
 		return nil, err
 	}
@@ -124,7 +181,11 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fs
 		return nil, err
 	}
 	defer release()
-	root := resolvePath(req.Msg.Path)
+	ctx, resolve, err := scope(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	root := resolve(req.Msg.Path)
 	depth := int(req.Msg.Depth)
 	if depth < 1 {
 		depth = 1
@@ -151,7 +212,12 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 		return nil, err
 	}
 	defer release()
-	if err := ag.Remove(ctx, resolvePath(req.Msg.Path), true); err != nil {
+	ctx, resolve, err := scope(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// As envd (os.RemoveAll): a path that does not exist is removed.
+	if err := ag.Remove(ctx, resolve(req.Msg.Path), true); err != nil && !errdefs.IsKind(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
@@ -164,7 +230,7 @@ func eventOf(root string, ev api.WatchEvent) (*fspb.FilesystemEvent, bool) {
 	switch ev.EventType {
 	case api.FileCreate, api.FileMoveTo:
 		// As envd (fsnotify): a name moved in is a create, the name
-		// moved away a rename. berth's uploads land by rename.
+		// moved away a rename.
 		t = fspb.EventType_EVENT_TYPE_CREATE
 	case api.FileModify:
 		t = fspb.EventType_EVENT_TYPE_WRITE
@@ -179,7 +245,7 @@ func eventOf(root string, ev api.WatchEvent) (*fspb.FilesystemEvent, bool) {
 	}
 	name := strings.TrimPrefix(strings.TrimPrefix(ev.Path, root), "/")
 	if strings.HasPrefix(path.Base(name), ".berth-upload-") {
-		return nil, false // the agent's temp file of an atomic write
+		return nil, false // the agent's staging file (the agent hides them too)
 	}
 	return &fspb.FilesystemEvent{Name: name, Type: t}, true
 }
@@ -202,7 +268,14 @@ func (s *filesystemService) watch(ctx context.Context, req *connect.Request[fspb
 		return err
 	}
 	defer release()
-	root := resolvePath(req.Msg.Path)
+	ctx, resolve, err := scope(ctx, req)
+	if err != nil {
+		return err
+	}
+	root := resolve(req.Msg.Path)
+	if err := checkWatchDir(ctx, ag, root); err != nil {
+		return err
+	}
 	wt, err := ag.Watch(ctx, root, agentclient.WatchOptions{Recursive: req.Msg.Recursive, Exclude: []string{}})
 	if err != nil {
 		return err
@@ -252,4 +325,24 @@ func (s *filesystemService) watch(ctx context.Context, req *connect.Request[fspb
 			}
 		}
 	}
+}
+
+// checkWatchDir refuses to watch what is not a directory, as envd does
+// (invalid_argument); a missing path is not_found. A symlink to a directory
+// is a directory.
+func checkWatchDir(ctx context.Context, ag *agentclient.Client, p string) error {
+	fi, err := ag.Stat(ctx, p)
+	if err != nil {
+		return err
+	}
+	if fi.Type == "symlink" {
+		// Stat does not follow the link; a listing does (and refuses a
+		// non-directory as invalid_argument).
+		_, err := ag.ListFiles(ctx, p, false)
+		return err
+	}
+	if fi.Type != "dir" {
+		return errdefs.InvalidArgument("path %s is not a directory", p)
+	}
+	return nil
 }

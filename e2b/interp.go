@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/api"
@@ -35,8 +36,12 @@ func language(l string) (string, error) {
 		return api.LangJavaScript, nil
 	case "ts", "typescript":
 		return api.LangTypeScript, nil
+	case "bash", "sh", "shell":
+		return api.LangBash, nil
+	case "r", "java":
+		return strings.ToLower(l), nil // the agent says why it cannot run them
 	}
-	return "", errdefs.InvalidArgument("language %q is not supported by berth's code interpreter (python, javascript, typescript)", l)
+	return "", errdefs.InvalidArgument("language %q is not supported by berth's code interpreter (python, javascript, typescript, bash)", l)
 }
 
 func (h *Handler) serveInterpreter(w http.ResponseWriter, r *http.Request, id string) {
@@ -83,6 +88,9 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request, id strin
 	var body struct {
 		Language string `json:"language"`
 		Cwd      string `json:"cwd"`
+		// User is E2B's interpreter server's choice of kernel account
+		// ("root" or the default "user"); the pinned SDKs do not send it.
+		User string `json:"user"`
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
 	if err := decodeBody(r, &body); err != nil {
@@ -101,7 +109,7 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request, id strin
 		return err
 	}
 	defer release()
-	c, err := ag.CreateCodeContext(r.Context(), api.CreateCodeContextRequest{Language: lang, Cwd: cwd})
+	c, err := ag.CreateCodeContext(r.Context(), api.CreateCodeContextRequest{Language: lang, Cwd: cwd, User: body.User})
 	if err != nil {
 		return err
 	}
@@ -145,22 +153,6 @@ func (h *Handler) contextOp(w http.ResponseWriter, r *http.Request, id, cid stri
 	return nil
 }
 
-// resultLine is one NDJSON "result" line: the MIME representations, with
-// the field names of E2B's interpreter.
-type resultLine struct {
-	Type         string          `json:"type"`
-	Text         string          `json:"text,omitempty"`
-	HTML         string          `json:"html,omitempty"`
-	Markdown     string          `json:"markdown,omitempty"`
-	SVG          string          `json:"svg,omitempty"`
-	PNG          string          `json:"png,omitempty"`
-	JPEG         string          `json:"jpeg,omitempty"`
-	LaTeX        string          `json:"latex,omitempty"`
-	JSON         json.RawMessage `json:"json,omitempty"`
-	JavaScript   string          `json:"javascript,omitempty"`
-	IsMainResult bool            `json:"is_main_result"`
-}
-
 // execute is POST /execute: it streams NDJSON lines (stdout, stderr,
 // result, error, number_of_executions, end_of_execution) as the code runs.
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request, id string) error {
@@ -182,8 +174,8 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, id string) err
 		}
 		req.Language = lang
 	}
-	// A kill or pause ends the run: the connection is cut, and the SDK's
-	// health probe (502) then reports the sandbox as gone.
+	// A kill or pause ends the run with an error line and a clean end of
+	// the stream.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	defer h.register(id, cancel)()
@@ -193,29 +185,65 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, id string) err
 	}
 	defer release()
 	rc := http.NewResponseController(w)
+	var mu sync.Mutex // line and the keepalive ticker
 	started := false
 	var buf bytes.Buffer
-	line := func(v any) {
+	start := func() {
 		if !started {
 			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("X-Accel-Buffering", "no")
 			w.WriteHeader(http.StatusOK)
 			started = true
+			rc.Flush()
 		}
+	}
+	line := func(v any) {
+		mu.Lock()
+		defer mu.Unlock()
+		start()
 		buf.Reset()
 		_ = json.NewEncoder(&buf).Encode(v)
-		w.Write(buf.Bytes())
-		rc.Flush()
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if _, err := w.Write(buf.Bytes()); err != nil || rc.Flush() != nil {
+			cancel(errClientGone) // interrupts the code
+		}
+	}
+	// The headers go out as soon as the agent took the run, so the SDK's
+	// own execution timeout (timeoutMs, which it starts at the headers)
+	// applies to a cell that prints nothing; keepalive lines (a line type
+	// of E2B's protocol, ignored by the SDKs) keep idle streams alive
+	// through proxies and find a vanished client.
+	stopKeepalive := make(chan struct{})
+	var keepalive sync.WaitGroup
+	defer keepalive.Wait()
+	defer close(stopKeepalive)
+	onStart := func() {
+		mu.Lock()
+		start()
+		mu.Unlock()
+		keepalive.Add(1)
+		go func() {
+			defer keepalive.Done()
+			t := time.NewTicker(executeKeepalive)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopKeepalive:
+					return
+				case <-t.C:
+					line(map[string]any{"type": "keepalive"})
+				}
+			}
+		}()
 	}
 	now := func() string { return time.Now().UTC().Format(time.RFC3339Nano) }
-	_, err = ag.RunCode(ctx, req, func(ev api.CodeEvent) {
+	_, err = ag.RunCodeStarted(ctx, req, onStart, func(ev api.CodeEvent) {
 		switch ev.Type {
 		case api.CodeEventStdout, api.CodeEventStderr:
 			line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": now()})
 		case api.CodeEventResult:
 			if res := ev.Result; res != nil {
-				line(resultLine{Type: "result", Text: res.Text, HTML: res.HTML, Markdown: res.Markdown, SVG: res.SVG,
-					PNG: res.PNG, JPEG: res.JPEG, LaTeX: res.LaTeX, JSON: res.JSON, JavaScript: res.JavaScript,
-					IsMainResult: res.IsMainResult})
+				line(resultFields(res))
 			}
 		case api.CodeEventError:
 			if e := ev.Error; e != nil {
@@ -229,22 +257,38 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, id string) err
 	if err == nil {
 		return nil
 	}
-	if c := context.Cause(ctx); c != nil && errors.Is(c, errSandboxGone) {
-		if !started {
+	mu.Lock()
+	wasStarted := started
+	mu.Unlock()
+	cause := context.Cause(ctx)
+	if cause != nil && errors.Is(cause, errClientGone) {
+		return nil
+	}
+	if !wasStarted {
+		if cause != nil && errors.Is(cause, errSandboxGone) {
 			writeGone(w, id)
 			return nil
 		}
-		panic(http.ErrAbortHandler)
-	}
-	if !started {
 		return err
 	}
 	var kind *errdefs.Error
-	name := "UnexpectedEndOfExecution"
-	if errors.As(err, &kind) && errors.Is(err, errdefs.ErrDeadlineExceeded) {
+	name, value := "UnexpectedEndOfExecution", err.Error()
+	switch {
+	case cause != nil && errors.Is(cause, errSandboxGone):
+		name, value = "SandboxKilled", "the sandbox was killed or paused while the code ran; its interpreter state is gone"
+	case errors.As(err, &kind) && errdefs.IsKind(err, errdefs.ErrDeadlineExceeded):
 		name = "TimeoutError"
 	}
-	line(map[string]any{"type": "error", "name": name, "value": err.Error(), "traceback": ""})
+	line(map[string]any{"type": "error", "name": name, "value": value, "traceback": name + ": " + value})
 	line(map[string]any{"type": "unexpected_end_of_execution"})
 	return nil
 }
+
+// streamWriteTimeout bounds one write to a caller that stopped reading.
+const streamWriteTimeout = 30 * time.Second
+
+// executeKeepalive spaces the keepalive lines of an idle /execute stream.
+const executeKeepalive = 10 * time.Second
+
+// errClientGone cancels a run whose caller stopped reading.
+var errClientGone = errors.New("the client went away")

@@ -3,17 +3,20 @@ package e2b
 import (
 	"bytes"
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/server"
+	"github.com/berth-sh/berth/control"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
-func listManaged() server.ListFilter {
-	return server.ListFilter{Labels: map[string]string{labelManaged: "1"}}
+func listManaged() control.ListFilter {
+	return control.ListFilter{Labels: map[string]string{labelManaged: "1"}}
 }
 
 // Run enforces lifetimes until ctx ends: a running E2B sandbox past its
@@ -72,18 +75,99 @@ type metricBody struct {
 	DiskTotal     int64     `json:"diskTotal"`
 }
 
-// metrics answers one sample taken now (berth keeps no metric history): the
-// sandbox's memory (its cgroup's, else the sum of its processes' RSS)
-// and its root filesystem's use, read inside it. cpuUsedPct is not measured.
-// A paused sandbox has no samples.
+// Bounds of the metric samples kept per sandbox (metricHistory).
+const (
+	maxMetricSamples   = 120
+	maxMetricAge       = time.Hour
+	maxMetricSandboxes = 4096
+)
+
+// metricHistory keeps the samples that getMetrics calls took, so a later
+// call's [start, end] window finds them. berth samples only on request
+// (E2B's API samples every few seconds): a window holds the samples
+// taken in it, and "now" when it reaches the present.
+type metricHistory struct {
+	mu sync.Mutex
+	m  map[string][]metricBody // sandbox → samples, oldest first
+}
+
+func (mh *metricHistory) add(id string, s metricBody) {
+	mh.mu.Lock()
+	defer mh.mu.Unlock()
+	if mh.m == nil {
+		mh.m = map[string][]metricBody{}
+	}
+	if _, ok := mh.m[id]; !ok && len(mh.m) >= maxMetricSandboxes {
+		for k := range mh.m { // drop any one: these are only samples
+			delete(mh.m, k)
+			break
+		}
+	}
+	list := append(mh.m[id], s)
+	cut := 0
+	for cut < len(list) && (len(list)-cut > maxMetricSamples || s.Timestamp.Sub(list[cut].Timestamp) > maxMetricAge) {
+		cut++
+	}
+	mh.m[id] = append([]metricBody(nil), list[cut:]...)
+}
+
+// window returns the samples whose unix second lies in [start, end].
+func (mh *metricHistory) window(id string, start, end int64) []metricBody {
+	mh.mu.Lock()
+	defer mh.mu.Unlock()
+	out := []metricBody{}
+	for _, s := range mh.m[id] {
+		if s.TimestampUnix >= start && s.TimestampUnix <= end {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (mh *metricHistory) forget(id string) {
+	mh.mu.Lock()
+	defer mh.mu.Unlock()
+	delete(mh.m, id)
+}
+
+// metricBound parses the start or end query parameter: unix seconds.
+func metricBound(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errdefs.InvalidArgument("%s %q must be a unix time in seconds", name, v)
+	}
+	return n, nil
+}
+
+// metrics answers the samples in the window [start, end] (unix seconds;
+// by default all kept samples up to now), as E2B's API filters them. When
+// the window reaches the present and the sandbox runs, a sample is taken
+// now: the sandbox's memory (its cgroup's, else the sum of its processes'
+// RSS) and its root filesystem's use, read inside it. cpuUsedPct is not
+// measured. A paused sandbox takes no samples.
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, id string) error {
-	sb, err := h.lookup(r.Context(), id)
+	start, err := metricBound(r, "start", 0)
 	if err != nil {
 		return err
 	}
-	out := []metricBody{}
-	if sb.State == api.StateRunning {
-		m := metricBody{Timestamp: time.Now().UTC(), CPUCount: h.detail(sb, false).CPUCount, MemTotal: sb.Resources.MemoryMiB << 20}
+	end, err := metricBound(r, "end", math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	sb, err := h.lookup(r.Context(), id)
+	if err != nil {
+		if errdefs.IsKind(err, errdefs.ErrNotFound) {
+			h.metricHist.forget(id)
+		}
+		return err
+	}
+	now := time.Now().UTC()
+	if sb.State == api.StateRunning && start <= now.Unix() && end >= now.Unix() {
+		m := metricBody{Timestamp: now, CPUCount: h.detail(sb, false).CPUCount, MemTotal: sb.Resources.MemoryMiB << 20}
 		m.TimestampUnix = m.Timestamp.Unix()
 		if ag, release, err := h.b.Agent(r.Context(), id); err == nil {
 			var stdout bytes.Buffer
@@ -104,8 +188,8 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, id string) err
 				}
 			}
 		}
-		out = append(out, m)
+		h.metricHist.add(id, m)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, h.metricHist.window(id, start, end))
 	return nil
 }

@@ -258,6 +258,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		defer release()
 		info, err := ag.StartProcess(ctx, api.StartProcessRequest{
 			Command: cmdline, ID: e.agentID, Cwd: cwd, Env: cfg.Envs, User: user, LogBufferBytes: 64 << 20,
+			EndWithMain: true, // envd's end is the command's exit
 		})
 		if err != nil {
 			return nil, err

@@ -72,7 +72,7 @@ func (s *processService) ptyInput(ctx context.Context, ag *agentclient.Client, e
 	if err != nil {
 		e.input.cancel()
 		e.input = nil
-		return errdefs.Unavailable("terminal input: %v", err)
+		return errdefs.Unavailable("terminal input: %w", err)
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func pumpTerminal(ctx context.Context, conn *websocket.Conn, es *eventSender) (*
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, errdefs.Unavailable("terminal stream ended: %v", err)
+			return nil, errdefs.Unavailable("terminal stream ended: %w", err)
 		}
 		if typ == websocket.MessageBinary {
 			if _, err := (dataWriter{s: es, pty: true}).Write(p); err != nil {

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"errors"
 	"net/http"
 	"sort"
 	"time"
@@ -124,7 +123,7 @@ func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request, id stri
 		return errdefs.PermissionDenied("template %q is configured on the server and cannot be deleted through the API", id)
 	}
 	if err := h.b.DeleteSnapshot(r.Context(), id); err != nil {
-		if errors.Is(err, errdefs.ErrInvalidArgument) {
+		if errdefs.IsKind(err, errdefs.ErrInvalidArgument) {
 			return errdefs.NotFound("snapshot %q not found", id)
 		}
 		return err

@@ -97,7 +97,18 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 		cancel()
 		return nil, err
 	}
-	root := resolvePath(req.Msg.Path)
+	wctx, resolve, err := scope(wctx, req)
+	if err != nil {
+		release()
+		cancel()
+		return nil, err
+	}
+	root := resolve(req.Msg.Path)
+	if err := checkWatchDir(wctx, ag, root); err != nil {
+		release()
+		cancel()
+		return nil, err
+	}
 	wt, err := ag.Watch(wctx, root, agentclient.WatchOptions{Recursive: req.Msg.Recursive, Exclude: []string{}})
 	if err != nil {
 		release()

@@ -38,8 +38,12 @@ var (
 		"procps", "sudo", "less", "netbase", "xz-utils", "bzip2", "unzip", "iproute2",
 	}
 	// numpy, pandas and matplotlib back the python code contexts
-	// (agent/interp.go): data analysis and charts out of the box.
-	aptPackages = []string{"npm", "python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib"}
+	// (agent/interp): data analysis and charts out of the box.
+	// ipykernel and jupyter-client are the IPython kernel a python context
+	// runs (agent/interp/kernels/python_kernel.py drives it over the Jupyter
+	// protocol); python-is-python3 gives the image a `python` command.
+	aptPackages = []string{"npm", "python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib",
+		"python3-ipykernel", "python3-jupyter-client", "python-is-python3"}
 )
 
 // BaseRecipeLabel is the image label where BuildBase records BaseRecipe.
@@ -48,7 +52,7 @@ const BaseRecipeLabel = "sh.berth.base-recipe"
 // baseRecipeVersion changes whenever finishRootfs or the build steps
 // change in a way that matters to sandboxes; the package lists are hashed
 // in by BaseRecipe.
-const baseRecipeVersion = 2
+const baseRecipeVersion = 3
 
 // BaseRecipe identifies what BuildBase builds: its version and package
 // lists. An image whose label differs was built by an older berth and
@@ -211,6 +215,9 @@ func (s *Store) BuildBase(ctx context.Context, opts BuildBaseOptions, progress f
 	if err != nil {
 		return nil, err
 	}
+	if img, err = s.published(ctx, img, opts.Name, rep); err != nil {
+		return nil, err
+	}
 	rep.msg("built %s (%s, %d MB compressed) in %s", opts.Name, img.Digest, img.Size>>20, time.Since(start).Round(time.Second))
 	return img, nil
 }
@@ -311,7 +318,7 @@ func runLogged(ctx context.Context, rep *reporter, name string, args ...string) 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return errdefs.Internal("%s failed: %v; last output:\n%s", name, err, strings.Join(tail, "\n"))
+		return errdefs.Internal("%s failed: %w; last output:\n%s", name, err, strings.Join(tail, "\n"))
 	}
 	return nil
 }

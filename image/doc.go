@@ -5,6 +5,10 @@
 // names and pulled references to digests, and unpacks each layer once per
 // host into a short read-only directory used as an overlayfs lower dir.
 //
+// In a cluster (SetShared) it also publishes every image it builds, pulls
+// or imports to the shared blob store and fetches from there, verified by
+// digest, the images a start needs that this host lacks (share.go).
+//
 // Layer tars are hostile input. Unpack (also used by snapshots) resolves
 // every parent path with openat2(RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS|
 // RESOLVE_NO_XDEV) relative to a directory fd of the destination, and

@@ -65,7 +65,11 @@ func (s *Store) Import(ctx context.Context, r io.Reader, nm string, progress fun
 	if err != nil {
 		return nil, err
 	}
-	return s.commit(ctx, raw, ref, nm, rep)
+	img, err := s.commit(ctx, raw, ref, nm, rep)
+	if err != nil {
+		return nil, err
+	}
+	return s.published(ctx, img, nm, rep)
 }
 
 // tarIndex maps the regular files of a tar to their byte ranges.
@@ -86,11 +90,12 @@ func indexTar(f *os.File) (*tarIndex, error) {
 			return t, nil
 		}
 		if err != nil {
-			return nil, errdefs.InvalidArgument("malformed image tarball: %v", err)
+			return nil, errdefs.InvalidArgument("malformed image tarball: %w", err)
 		}
 		if n > maxImportEntries {
 			return nil, errdefs.InvalidArgument("image tarball has too many entries")
 		}
+		//lint:ignore SA1019 old archives still carry TypeRegA (NUL) for regular files
 		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA {
 			continue
 		}
@@ -150,7 +155,7 @@ func (s *Store) importOCI(ctx context.Context, ta *tarIndex, rep *reporter) ([]b
 	}
 	m, err := v1.ParseManifest(bytes.NewReader(mraw))
 	if err != nil {
-		return nil, "", errdefs.InvalidArgument("bad manifest: %v", err)
+		return nil, "", errdefs.InvalidArgument("bad manifest: %w", err)
 	}
 	blobs := append([]v1.Descriptor{m.Config}, m.Layers...)
 	for i, b := range blobs {
@@ -181,7 +186,7 @@ func (s *Store) importOCI(ctx context.Context, ta *tarIndex, rep *reporter) ([]b
 func pickManifest(ta *tarIndex, raw []byte, depth int) (v1.Descriptor, error) {
 	idx, err := v1.ParseIndexManifest(bytes.NewReader(raw))
 	if err != nil {
-		return v1.Descriptor{}, errdefs.InvalidArgument("bad OCI index: %v", err)
+		return v1.Descriptor{}, errdefs.InvalidArgument("bad OCI index: %w", err)
 	}
 	var cands []v1.Descriptor
 	seen := map[string]bool{}
@@ -242,7 +247,7 @@ func (s *Store) importDocker(ctx context.Context, ta *tarIndex, rep *reporter) (
 	}
 	var ms []dockerManifest
 	if err := json.Unmarshal(raw, &ms); err != nil {
-		return nil, "", errdefs.InvalidArgument("bad manifest.json: %v", err)
+		return nil, "", errdefs.InvalidArgument("bad manifest.json: %w", err)
 	}
 	if len(ms) != 1 {
 		return nil, "", errdefs.InvalidArgument("the tarball holds %d images; import one at a time", len(ms))

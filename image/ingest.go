@@ -61,7 +61,7 @@ func (s *Store) commit(ctx context.Context, rawManifest []byte, ref, nm string, 
 	digest := digestOf(rawManifest)
 	m, err := v1.ParseManifest(bytes.NewReader(rawManifest))
 	if err != nil {
-		return nil, errdefs.InvalidArgument("bad image manifest: %v", err)
+		return nil, errdefs.InvalidArgument("bad image manifest: %w", err)
 	}
 	if len(m.Layers) > maxLayers {
 		return nil, errdefs.InvalidArgument("image has %d layers; at most %d are supported", len(m.Layers), maxLayers)
@@ -72,7 +72,7 @@ func (s *Store) commit(ctx context.Context, rawManifest []byte, ref, nm string, 
 	}
 	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
 	if err != nil {
-		return nil, errdefs.InvalidArgument("bad image config: %v", err)
+		return nil, errdefs.InvalidArgument("bad image config: %w", err)
 	}
 	if (cf.OS != "" && cf.OS != "linux") || (cf.Architecture != "" && cf.Architecture != "amd64") {
 		return nil, errdefs.InvalidArgument("image is for %s/%s; this host runs linux/amd64", cf.OS, cf.Architecture)

@@ -91,7 +91,7 @@ func (s *Store) ensureLayer(ctx context.Context, blob, diffID string) (string, e
 	}
 	f, err := os.Open(s.blobPath(blob))
 	if err != nil {
-		return "", errdefs.NotFound("layer blob %s missing from the image store: %v", blob, err)
+		return "", errdefs.NotFound("layer blob %s missing from the image store: %w", blob, err)
 	}
 	defer f.Close()
 	if err := unpackCompressed(ctx, f, tmp, diffID); err != nil {
@@ -126,7 +126,7 @@ func unpackCompressed(ctx context.Context, r io.Reader, dst, diffID string) erro
 	// The tar reader stops at the end-of-archive marker; the digest covers
 	// the whole stream including padding.
 	if _, err := io.Copy(io.Discard, tee); err != nil {
-		return errdefs.InvalidArgument("layer stream: %v", err)
+		return errdefs.InvalidArgument("layer stream: %w", err)
 	}
 	if diffID != "" {
 		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
@@ -152,13 +152,13 @@ func decompress(r io.Reader) (io.Reader, func(), error) {
 	case bytes.HasPrefix(head, gzipMagic):
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, nil, errdefs.InvalidArgument("bad gzip layer: %v", err)
+			return nil, nil, errdefs.InvalidArgument("bad gzip layer: %w", err)
 		}
 		return zr, func() { zr.Close() }, nil
 	case bytes.HasPrefix(head, zstdMagic):
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(1<<27))
 		if err != nil {
-			return nil, nil, errdefs.InvalidArgument("bad zstd layer: %v", err)
+			return nil, nil, errdefs.InvalidArgument("bad zstd layer: %w", err)
 		}
 		return zr, zr.Close, nil
 	case bytes.HasPrefix(head, bzip2Magic):

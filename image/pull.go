@@ -33,7 +33,7 @@ func (s *Store) Pull(ctx context.Context, ref, nm string, progress func(api.Prog
 	}
 	r, err := name.ParseReference(ref, opts...)
 	if err != nil {
-		return nil, errdefs.InvalidArgument("invalid image reference %q: %v", ref, err)
+		return nil, errdefs.InvalidArgument("invalid image reference %q: %w", ref, err)
 	}
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
@@ -60,7 +60,7 @@ func (s *Store) Pull(ctx context.Context, ref, nm string, progress func(api.Prog
 	}
 	m, err := img.Manifest()
 	if err != nil {
-		return nil, errdefs.InvalidArgument("bad manifest for %s: %v", ref, err)
+		return nil, errdefs.InvalidArgument("bad manifest for %s: %w", ref, err)
 	}
 	rawConfig, err := img.RawConfigFile()
 	if err != nil {
@@ -92,7 +92,11 @@ func (s *Store) Pull(ctx context.Context, ref, nm string, progress func(api.Prog
 			return nil, err
 		}
 	}
-	return s.commit(ctx, rawManifest, r.Name(), nm, rep)
+	stored, err := s.commit(ctx, rawManifest, r.Name(), nm, rep)
+	if err != nil {
+		return nil, err
+	}
+	return s.published(ctx, stored, nm, rep)
 }
 
 func registryError(ref string, err error) error {
@@ -101,19 +105,19 @@ func registryError(ref string, err error) error {
 		for _, d := range te.Errors {
 			switch d.Code {
 			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode:
-				return errdefs.NotFound("image %q not found in the registry: %v", ref, err)
+				return errdefs.NotFound("image %q not found in the registry: %w", ref, err)
 			case transport.UnauthorizedErrorCode, transport.DeniedErrorCode:
-				return errdefs.PermissionDenied("registry refused access to %q: %v", ref, err)
+				return errdefs.PermissionDenied("registry refused access to %q: %w", ref, err)
 			}
 		}
 		if te.StatusCode == 404 {
-			return errdefs.NotFound("image %q not found in the registry: %v", ref, err)
+			return errdefs.NotFound("image %q not found in the registry: %w", ref, err)
 		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return errdefs.Unavailable("pull %s: %v", ref, err)
+	return errdefs.Unavailable("pull %s: %w", ref, err)
 }
 
 // isLoopbackRegistry reports whether ref's registry host is loopback, the

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/blob"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -46,6 +47,12 @@ type Store struct {
 
 	layerMu sync.Mutex
 	layers  map[string]*sync.Mutex // per-layer unpack locks
+
+	// shared, when set (SetShared), is the cluster's blob store: images
+	// are published there and fetched from there (share.go).
+	shared     blob.Store
+	sharedDesc string
+	flights    flights // one fetch per ref at a time
 }
 
 // Image is one stored image.
@@ -382,8 +389,9 @@ func (s *Store) hasRefLocked(d string) bool {
 	return false
 }
 
-// collect deletes the blobs and unpacked layers of a removed image that no
-// remaining image references.
+// collect deletes the blobs and unpacked layers of a removed image (or of
+// a fetch that failed) that no remaining image references. Empty digests
+// in rec are skipped.
 func (s *Store) collect(rec *record) {
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
@@ -401,12 +409,12 @@ func (s *Store) collect(rec *record) {
 	}
 	s.mu.Unlock()
 	for _, b := range append([]string{rec.Manifest, rec.ConfigD}, rec.Layers...) {
-		if !usedBlobs[b] {
+		if b != "" && !usedBlobs[b] {
 			os.Remove(s.blobPath(b))
 		}
 	}
 	for _, l := range rec.DiffIDs {
-		if id := layerID(l); !usedLayers[id] {
+		if id := layerID(l); id != "" && !usedLayers[id] {
 			s.removeLayerDir(id)
 		}
 	}

@@ -119,7 +119,7 @@ func Unpack(ctx context.Context, r io.Reader, dst string, opts UnpackOptions) er
 			break
 		}
 		if err != nil {
-			return errdefs.InvalidArgument("malformed layer tar: %v", err)
+			return errdefs.InvalidArgument("malformed layer tar: %w", err)
 		}
 		entries++
 		if entries > u.opts.MaxEntries {
@@ -175,6 +175,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	dir, base := path.Dir(name), path.Base(name)
 
+	//lint:ignore SA1019 old archives still carry TypeRegA (NUL) for regular files
 	small := (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA) && hdr.Size >= 0 && hdr.Size <= smallFileMax &&
 		!strings.HasPrefix(base, whiteoutPrefix) && name != "."
 	if !small {
@@ -201,6 +202,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return u.mkdir(dir, base, hdr)
+	//lint:ignore SA1019 old archives still carry TypeRegA (NUL) for regular files
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
 		return u.file(dir, base, hdr, r)
 	case tar.TypeSymlink:
@@ -372,7 +374,7 @@ func copyToFd(fd int, r io.Reader, size int64, buf []byte) error {
 		}
 		if err != nil {
 			if off < size {
-				return errdefs.InvalidArgument("truncated layer tar: %v", err)
+				return errdefs.InvalidArgument("truncated layer tar: %w", err)
 			}
 			break
 		}

@@ -162,7 +162,7 @@ func (u *unpacker) smallFile(name, dir, base string, hdr *tar.Header, r io.Reade
 	}
 	data := make([]byte, hdr.Size)
 	if _, err := io.ReadFull(r, data); err != nil {
-		return errdefs.InvalidArgument("truncated layer tar: %v", err)
+		return errdefs.InvalidArgument("truncated layer tar: %w", err)
 	}
 	pfd, err := u.parent(dir, true)
 	if err != nil {

@@ -206,6 +206,7 @@ func TestCleanName(t *testing.T) {
 // end as a sequential unpack would leave them. Negative control (by hand):
 // with writers.busy always false this test fails.
 func TestUnpackParallelKeepsStreamOrder(t *testing.T) {
+	needRoot(t) // the unpacked files keep their owners
 	// Uneven worker delays make any reordering show.
 	var n atomic.Int64
 	slowWrites = func() {

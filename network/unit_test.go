@@ -32,7 +32,7 @@ func TestHostVethName(t *testing.T) {
 	if hostVethName("berth0", "x") == hostVethName("other", "x") {
 		t.Fatal("same id on two bridges must get different veth names")
 	}
-	if hostVethName("berth0", "x") != hostVethName("berth0", "x") {
+	if a, b := hostVethName("berth0", "x"), hostVethName("berth0", "x"); a != b {
 		t.Fatal("veth name must be deterministic")
 	}
 }

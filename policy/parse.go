@@ -220,8 +220,10 @@ func (ps *parser) tenant(n *yaml.Node, name string, needKeys bool) *Tenant {
 			for _, s := range ps.strings(v, "egressRules") {
 				t.EgressRules = append(t.EgressRules, s.Value)
 			}
+		case "nodeLabels":
+			t.NodeLabels = ps.nodeLabels(v)
 		default:
-			ps.errf(k, "unknown tenant field %q (want name, apiKeys, instanceTypes, custom, maxSandboxes, maxVCPU, maxMemoryMiB, internet, egressRules)", k.Value)
+			ps.errf(k, "unknown tenant field %q (want name, apiKeys, instanceTypes, custom, maxSandboxes, maxVCPU, maxMemoryMiB, internet, egressRules, nodeLabels)", k.Value)
 		}
 	}
 	if needKeys {
@@ -233,6 +235,35 @@ func (ps *parser) tenant(n *yaml.Node, name string, needKeys bool) *Tenant {
 		}
 	}
 	return t
+}
+
+// nodeLabels reads a mapping of label keys to lists of allowed values. An
+// empty list would allow no node at all, which is a mistake, not a policy.
+func (ps *parser) nodeLabels(v *yaml.Node) map[string][]string {
+	if v.Kind != yaml.MappingNode {
+		ps.errf(v, "nodeLabels must map label keys to lists of allowed values")
+		return nil
+	}
+	out := map[string][]string{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, vals := v.Content[i], v.Content[i+1]
+		if k.Value == "" {
+			ps.errf(k, "nodeLabels keys must be non-empty")
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			ps.errf(k, "nodeLabels key %q is listed twice", k.Value)
+		}
+		var allowed []string
+		for _, s := range ps.strings(vals, "nodeLabels."+k.Value) {
+			allowed = append(allowed, s.Value)
+		}
+		if len(allowed) == 0 && vals.Kind == yaml.SequenceNode {
+			ps.errf(vals, "nodeLabels.%s allows no value: list at least one", k.Value)
+		}
+		out[k.Value] = allowed
+	}
+	return out
 }
 
 func (ps *parser) strings(v *yaml.Node, field string) []*yaml.Node {

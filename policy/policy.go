@@ -42,6 +42,11 @@ type Tenant struct {
 	// the exact host patterns, IPs or CIDRs of their allow entries and
 	// inject hosts (deny entries only restrict, and are always allowed).
 	EgressRules []string
+	// NodeLabels confines the tenant's sandboxes to some nodes of a
+	// cluster: for every key, a node's label must have one of the listed
+	// values (nodeLabels: {pool: [shared, team-a]}). Nil: any node.
+	// Placement enforces it (control/placement, Request.TenantNodes).
+	NodeLabels map[string][]string
 }
 
 // Bounds limit a custom size.
@@ -107,6 +112,19 @@ func (p *Policy) ImageAllowed(digest string) bool {
 		}
 	}
 	return false
+}
+
+// NodeLabels returns the node labels the tenant's sandboxes are confined
+// to (Tenant.NodeLabels of the tenant, or of the default section for
+// callers without one); nil when the policy puts no bound on nodes.
+func (p *Policy) NodeLabels(tenant string) map[string][]string {
+	if p == nil {
+		return nil
+	}
+	if t := p.tenant(tenant); t != nil {
+		return t.NodeLabels
+	}
+	return nil
 }
 
 // CheckNetwork checks an egress policy that a tenant's sandbox asks for,

@@ -30,6 +30,7 @@ tenants:
     maxMemoryMiB: 6144
     internet: false
     egressRules: [api.github.com]
+    nodeLabels: { pool: [shared, team-a] }
 `
 
 func load(t *testing.T) *Policy {
@@ -135,6 +136,30 @@ func TestTenantByKeyAndDefault(t *testing.T) {
 	r.Tenant, r.Internet, r.Instance = "", true, "standard-2"
 	if err := p.Admit(context.Background(), r); err != nil {
 		t.Fatalf("default tenant: %v", err)
+	}
+}
+
+func TestNodeLabels(t *testing.T) {
+	p := load(t)
+	got := p.NodeLabels("team-a")
+	if len(got) != 1 || strings.Join(got["pool"], ",") != "shared,team-a" {
+		t.Fatalf("team-a's node labels %v, want pool in [shared team-a]", got)
+	}
+	if got := p.NodeLabels("nobody"); got != nil {
+		t.Fatalf("the default section's node labels %v, want none", got)
+	}
+	var none *Policy
+	if none.NodeLabels("team-a") != nil {
+		t.Fatal("no policy bounds no nodes")
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"default:\n  nodeLabels: [pool]\n", "nodeLabels must map label keys"},
+		{"default:\n  nodeLabels: { pool: [] }\n", "nodeLabels.pool allows no value"},
+		{"default:\n  nodeLabels: { pool: shared }\n", "nodeLabels.pool must be a list"},
+	} {
+		if _, err := Parse([]byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.doc, err, c.want)
+		}
 	}
 }
 

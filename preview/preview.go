@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -76,6 +77,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logf logs proxy failures; nil discards.
 	Logf func(format string, args ...any)
+	// Forward sends a preview of a sandbox another node owns to that
+	// node (control/forward); nil: a single host.
+	Forward forward.Router
 }
 
 func (c Config) scheme() string {
@@ -111,17 +115,30 @@ func NewToken() string {
 	return string(out[:])
 }
 
-// ValidToken reports whether s has the shape of a token.
-func ValidToken(s string) bool {
-	if len(s) != TokenLen {
-		return false
+// Bounds of a caller-chosen token (CheckToken). The lower bound keeps a
+// public URL from being guessed; the upper one keeps the host label short.
+const (
+	MinTokenLen = 8
+	MaxTokenLen = 32
+)
+
+// ValidToken reports whether s has the shape of a token: a random one
+// (NewToken) or a caller's (CheckToken).
+func ValidToken(s string) bool { return CheckToken(s) == nil }
+
+// CheckToken validates a caller-chosen token: MinTokenLen to MaxTokenLen
+// characters from [a-z0-9] (a host name label; '-' separates the label's
+// parts). Its error, invalid argument, names the rule.
+func CheckToken(s string) error {
+	if len(s) < MinTokenLen || len(s) > MaxTokenLen {
+		return errdefs.InvalidArgument("preview token must be %d to %d characters from [a-z0-9], got %d characters", MinTokenLen, MaxTokenLen, len(s))
 	}
 	for i := 0; i < len(s); i++ {
 		if !strings.ContainsRune(tokenAlphabet, rune(s[i])) {
-			return false
+			return errdefs.InvalidArgument("preview token must be %d to %d characters from [a-z0-9]; %q is not allowed", MinTokenLen, MaxTokenLen, s[i])
 		}
 	}
-	return true
+	return nil
 }
 
 // Label is the {port}-{sandbox}-{token} part of e's URLs.

@@ -34,7 +34,7 @@ func TestParseLabel(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"", "8080", "8080-" + tok, "8080--" + tok, "-box-" + tok, "0-box-" + tok, "08080-box-" + tok,
-		"65536-box-" + tok, "+80-box-" + tok, "80-box-" + tok[:15], "80-box-" + tok + "0", "80-box-ABCDEFGHIJ012345",
+		"65536-box-" + tok, "+80-box-" + tok, "80-box-" + tok[:7], "80-box-" + tok + tok + "0", "80-box-abc_defgh", "80-box-ABCDEFGHIJ012345",
 		"80-Box-" + tok, "80--box-" + tok, "80-box_1-" + tok, "80-b.x-" + tok, "80-" + strings.Repeat("a", 64) + "-" + tok,
 	} {
 		if _, _, _, err := preview.ParseLabel(bad); !errors.Is(err, errdefs.ErrNotFound) {
@@ -57,6 +57,26 @@ func TestNewToken(t *testing.T) {
 	}
 	if preview.ValidToken("abcdefghij01234!") || preview.ValidToken("short") {
 		t.Fatal("ValidToken accepts garbage")
+	}
+}
+
+// TestCheckToken (issue 12 item 14): a caller's token is 8 to 32
+// characters from [a-z0-9]; anything else is invalid argument naming the
+// rule.
+func TestCheckToken(t *testing.T) {
+	for _, ok := range []string{"abcdefgh", "devpreview01", strings.Repeat("z9", 16)} {
+		if err := preview.CheckToken(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+		if _, _, tk, err := preview.ParseLabel("8000-box-" + ok); err != nil || tk != ok {
+			t.Errorf("label with token %q: %q %v", ok, tk, err)
+		}
+	}
+	for _, bad := range []string{"", "abcdefg", strings.Repeat("a", 33), "Abcdefgh", "abcd-efgh", "abcd_efgh", "abcdefg.", "abcdéfgh"} {
+		err := preview.CheckToken(bad)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "8 to 32 characters from [a-z0-9]") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -144,6 +145,9 @@ func NewServer(addr string, h http.Handler) *http.Server {
 }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Forwarding headers are trusted only on the node listener (and are
+	// nothing a sandbox's server should see).
+	forward.StripHeaders(r.Header)
 	if label, ok := p.cfg.hostLabel(r.Host); ok {
 		p.serve(w, r, label, nil)
 		return
@@ -167,7 +171,7 @@ func (p *Proxy) servePath(w http.ResponseWriter, r *http.Request) {
 	rawPath := "/" + tail
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		p.fail(w, errdefs.InvalidArgument("bad escape in path: %v", err))
+		p.fail(w, errdefs.InvalidArgument("bad escape in path: %w", err))
 		return
 	}
 	pr := &route{prefix: PathPrefix + label, path: path, rawPath: rawPath}
@@ -183,6 +187,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, label string, path
 	if err != nil {
 		p.fail(w, err)
 		return
+	}
+	if p.cfg.Forward != nil {
+		// The owner checks the token and proxies; berth's key, if the
+		// caller sent it, is checked here and stays here (the owner
+		// learns only that it was presented); any other Authorization
+		// is the app's and travels.
+		key := p.carriesKey(r)
+		out, err := p.cfg.Forward.Sandbox(w, r, sandbox, forward.Route{Face: forward.Preview, KeepAuthorization: !key, KeyVerified: key})
+		if err != nil {
+			p.fail(w, err)
+			return
+		}
+		if out == forward.Proxied {
+			return
+		}
 	}
 	exp, dial, err := p.r.Lookup(r.Context(), sandbox, port, token)
 	if err != nil {
@@ -229,6 +248,9 @@ func poolHost(e Exposure) string {
 
 // carriesKey reports whether r holds berth's API key as a bearer token.
 func (p *Proxy) carriesKey(r *http.Request) bool {
+	if id, ok := forward.From(r.Context()); ok && id.KeyVerified {
+		return true // the entry node checked it (the key stayed there)
+	}
 	if p.cfg.APIKey == "" {
 		return false
 	}
@@ -327,10 +349,12 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var ne net.Error
 	var kind *errdefs.Error
 	switch {
-	case errors.Is(err, errdefs.ErrResourceExhausted):
+	case errdefs.IsKind(err, errdefs.ErrResourceExhausted):
 		p.write(w, http.StatusServiceUnavailable, "resource_exhausted", err.Error())
-	case errors.Is(err, errdefs.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
+	case errdefs.IsKind(err, errdefs.ErrDeadlineExceeded),
+		// Only an error without a kind is judged by its cause: the agent's
+		// "did not answer in time" is unavailable, in its own words below.
+		errdefs.Kind(err) == nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()):
 		p.write(w, http.StatusGatewayTimeout, "deadline_exceeded", fmt.Sprintf("%s did not answer in time", what))
 	case errors.As(err, &kind):
 		// The agent's own words, e.g. "nothing is listening on port 8080

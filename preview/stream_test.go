@@ -91,7 +91,7 @@ func TestStreamingProbeCatchesBuffering(t *testing.T) {
 	buffering := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		resp, err := e.hc.Get(e.url(exp))
 		if err != nil {
-			http.Error(w, err.Error(), 502)
+			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()

@@ -81,7 +81,7 @@ func idmapMount(src, target string, nsfd int, readonly bool) error {
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		// Fail closed: without the idmap the sandbox's root would own
 		// nothing, or (worse) files would be written as host root.
-		return errdefs.FailedPrecondition("rootfs: idmapped mount of %s: %v (this kernel or filesystem does not support idmapped mounts)", src, err)
+		return errdefs.FailedPrecondition("rootfs: idmapped mount of %s: %w (this kernel or filesystem does not support idmapped mounts)", src, err)
 	}
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("rootfs: attach idmapped %s at %s: %w", src, target, err)
@@ -106,7 +106,7 @@ func userNSFd(m IDMap) (int, error) {
 		},
 	})
 	if err != nil {
-		return -1, errdefs.FailedPrecondition("rootfs: create a user namespace: %v", err)
+		return -1, errdefs.FailedPrecondition("rootfs: create a user namespace: %w", err)
 	}
 	defer func() {
 		_ = proc.Kill()

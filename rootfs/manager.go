@@ -329,7 +329,7 @@ func lowerdirOption(lowers []string) (string, error) {
 		}
 		st, err := os.Stat(l)
 		if err != nil {
-			return "", errdefs.NotFound("lower layer %s: %v", l, err)
+			return "", errdefs.NotFound("lower layer %s: %w", l, err)
 		}
 		if !st.IsDir() {
 			return "", errdefs.InvalidArgument("lower layer %s is not a directory", l)

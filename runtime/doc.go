@@ -78,6 +78,12 @@
 // sysfs and VerifyPosture do not apply; network is gVisor's netstack over
 // the sandbox's veth.
 //
+// Selector runs runc and runsc side by side, each with its own --root:
+// a marker file per gVisor container (written with the bundle) says which
+// runtime owns an id, so kills, deletes and lists after a daemon restart
+// reach the right one; Delete also clears runsc state an id left without
+// its marker (a crash between the two).
+//
 // # Cgroups
 //
 // Limits go in the spec (cpu quota/period and shares, memory limit with

@@ -93,6 +93,18 @@ func classify(msg string) error {
 	return errdefs.Internal("%s", msg)
 }
 
+// agentLogRotateAt: at a create (a start or a wake), an agent.log larger
+// than this becomes agent.log.1 (replacing the one before) and the new run
+// starts a fresh file. Within a run the agent caps the file itself
+// (agent.LogMax), since the container holds it open.
+const agentLogRotateAt = 1 << 20
+
+func rotateAgentLog(path string) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > agentLogRotateAt {
+		_ = os.Rename(path, path+".1")
+	}
+}
+
 // Create sets up container id from bundle (runtime create): namespaces,
 // cgroups and mounts exist and the init process waits for Start. The
 // container's stdout and stderr go to bundle/agent.log and stdin is
@@ -110,6 +122,7 @@ func (r *OCI) Create(ctx context.Context, id, bundle string) error {
 	if r.LogDir != "" {
 		logPath = filepath.Join(r.LogDir, id+".runc.log")
 	}
+	rotateAgentLog(filepath.Join(bundle, AgentLog))
 	out, err := os.OpenFile(filepath.Join(bundle, AgentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
@@ -174,7 +187,7 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 // is NotFound.
 func (r *OCI) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	_, err := r.run(ctx, "kill", id, strconv.Itoa(int(sig)))
-	if errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if errdefs.IsKind(err, errdefs.ErrFailedPrecondition) {
 		return nil
 	}
 	return err
@@ -188,7 +201,7 @@ func (r *OCI) Delete(ctx context.Context, id string, force bool) error {
 		args = append(args, "--force")
 	}
 	_, err := r.run(ctx, append(args, id)...)
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if errdefs.IsKind(err, errdefs.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -2,15 +2,20 @@
 # Builds berth, berth-agent (static) and the pinned runc (with seccomp) into
 # ./bin. runc's version comes from go.mod (the `tool` directive), so every
 # machine runs the same runtime.
+#
+# BERTH_BUILD_TAGS=berthtest (set by scripts/test.sh, never by up.sh or a
+# release) builds berth with its test-only switches (internal/weaken) and
+# failpoints (internal/failpoint); without it they compile to no-ops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
+tags=(-tags "${BERTH_BUILD_TAGS:-}")
 version="$(git describe --always --dirty 2>/dev/null || echo dev)"
 mkdir -p bin
 echo "==> building berth-agent (static)"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/berth-sh/berth/agent.Version=${version}" -o bin/berth-agent ./cmd/berth-agent
-echo "==> building berth"
-go build -trimpath -ldflags "-X github.com/berth-sh/berth/daemon.Version=${version}" -o bin/berth ./cmd/berth
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=${version}" -o bin/berth-agent ./cmd/berth-agent
+echo "==> building berth${BERTH_BUILD_TAGS:+ (tags: $BERTH_BUILD_TAGS)}"
+go build -trimpath "${tags[@]}" -ldflags "-X github.com/berth-sh/berth/daemon.Version=${version}" -o bin/berth ./cmd/berth
 runc_version="$(go list -m -f '{{.Version}}' github.com/opencontainers/runc)"
 # (Output is captured, not piped into grep -q or head: under pipefail a
 # reader that stops early makes runc die of SIGPIPE and the build fail.)

@@ -3,7 +3,11 @@
 set -euo pipefail
 if [[ $EUID -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
 pkgs=(debootstrap debian-archive-keyring libseccomp-dev pkg-config gcc iproute2 nftables
-      e2fsprogs btrfs-progs zstd chromium python3-pandas python3-matplotlib ca-certificates git busybox-static procps util-linux curl)
+      e2fsprogs btrfs-progs zstd chromium python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client ca-certificates git busybox-static procps util-linux curl
+      postgresql)
+# postgresql: the PostgreSQL state store's tests (internal/pgtest) and
+# scripts/pg.sh start throwaway servers from its binaries, on ports of their
+# own; the package's default cluster (5432) is not used.
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The test command (README, CI). As root on a fresh Debian machine it
 # installs what the tests need, builds everything, and runs:
-#   1. go vet and the unit tests (go test ./...; root-only tests run too),
+#   1. lint (scripts/lint.sh: go vet, the pinned staticcheck and the Kubernetes
+#      chart check, scripts/deploy-check.sh), the unit
+#      tests with the race detector and -tags berthtest (root-only tests run
+#      too), and the non-root tier (go test ./... as the user berthdev,
+#      scripts/test-nonroot.sh),
 #   2. the integration suite against a real `berth serve` (runc,
 #      namespaces, cgroups, overlayfs, btrfs quotas, nftables), and its
 #      core subset again with gVisor,
@@ -11,20 +15,27 @@
 #   5. the adversarial suite (test/adversarial: escapes and DoS with
 #      negative controls) against its own `berth serve`, and its subset
 #      with gVisor.
+# Everything that starts a daemon uses bin/berth built with the berthtest tag
+# (test switches and failpoints); scripts/up.sh builds without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $EUID -ne 0 ]]; then echo "run as root: sudo $0" >&2; exit 1; fi
 scripts/deps.sh
 export PATH="/usr/local/go/bin:$PATH"
-scripts/build.sh
-echo "==> go vet"
-go vet ./...
+BERTH_BUILD_TAGS=berthtest scripts/build.sh
+echo "==> lint"
+scripts/lint.sh
 echo "==> S3 server for the blob store tests (versitygw on 127.0.0.1:7470)"
 scripts/s3-server.sh start
 trap 'scripts/s3-server.sh stop' EXIT
 eval "$(scripts/s3-server.sh env | sed 's/^/export /')"
-echo "==> unit and package tests"
-go test -count=1 -timeout 20m ./...
+echo "==> unit and package tests (race detector, berthtest build)"
+# As root the PostgreSQL store's tests start their own servers (internal/
+# pgtest, one per test package); REQUIRED makes a missing server a failure
+# here instead of a skip.
+BERTH_TEST_PG_REQUIRED=1 go test -race -tags berthtest -count=1 -timeout 30m ./...
+echo "==> unit tests as a non-root user (default build)"
+scripts/test-nonroot.sh
 echo "==> integration tests"
 BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 40m -v ./test/integration/
 echo "==> integration tests under gVisor (core exec, files, egress)"

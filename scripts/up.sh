@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 if [[ $EUID -ne 0 ]]; then echo "run as root: sudo $0" >&2; exit 1; fi
 scripts/deps.sh
 export PATH="/usr/local/go/bin:$PATH"
-scripts/build.sh
+BERTH_BUILD_TAGS= scripts/build.sh  # a release build: no test switches or failpoints (see build.sh)
 
 prefix=/usr/local/lib/berth
 install -d "$prefix"
@@ -24,6 +24,11 @@ if [[ -f /run/berth.pid ]] && kill -0 "$(cat /run/berth.pid)" 2>/dev/null; then
   kill "$(cat /run/berth.pid)"; sleep 1
 fi
 echo "==> starting berth serve on $listen (log: $log)"
+# The log is the daemon's stderr: request lines and, when it is not a
+# terminal, only the first characters of the API key. Keep it 0600 like the
+# key files anyway, including a log an older up.sh created 0644.
+(umask 077 && touch "$log")
+chmod 0600 "$log"
 nohup setsid berth serve --listen "$listen" --data "$data" >>"$log" 2>&1 &
 echo $! >/run/berth.pid
 for _ in $(seq 1 100); do
@@ -43,7 +48,7 @@ cat <<MSG
 
 berth is running.
   URL:     http://$listen
-  API key: $(cat "$data/api-key")
+  API key: $(if [[ -t 1 ]]; then cat "$data/api-key"; else echo "in $data/api-key (not printed: stdout is not a terminal)"; fi)
   (client commands on this host read $data/client.json; elsewhere set BERTH_URL and BERTH_API_KEY)
 
 Try:

@@ -1,28 +1,16 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
-// Egress is the optional network-policy, secrets and egress-audit half of
-// the backend. A backend without it answers these routes with 412.
-type Egress interface {
-	GetNetwork(ctx context.Context, name string) (api.NetworkPolicy, error)
-	SetNetwork(ctx context.Context, name string, p api.NetworkPolicy) (api.NetworkPolicy, error)
-	EgressLog(ctx context.Context, name string, limit int) ([]api.EgressEvent, error)
-	// SetSecret stores a value that no route ever returns.
-	SetSecret(ctx context.Context, name, value string) error
-	ListSecrets(ctx context.Context) ([]api.Secret, error)
-	DeleteSecret(ctx context.Context, name string) error
-}
-
-func (s *server) egress() (Egress, error) {
-	e, ok := s.b.(Egress)
+func (s *server) egress() (control.Egress, error) {
+	e, ok := s.b.(control.Egress)
 	if !ok {
 		return nil, errdefs.FailedPrecondition("this server has no egress control")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -18,7 +19,7 @@ type fakeBackend struct {
 	boxes map[string]api.Sandbox
 	calls atomic.Int64 // every backend call, to prove rejected requests never reach it
 
-	lastFilter ListFilter
+	lastFilter control.ListFilter
 	lastCreate api.CreateSandboxRequest
 
 	getErr    error
@@ -27,6 +28,7 @@ type fakeBackend struct {
 	writeFn   func(ctx context.Context, name, path string, r io.Reader, mode uint32) error
 	pullFn    func(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error)
 	removedFn func(name, path string, recursive bool)
+	fileOpts  agentclient.FileOptions                                                     // of the last ListFiles or Remove
 	agentFn   func(ctx context.Context, name string) (*agentclient.Client, func(), error) // devloop_test.go
 
 	snapState // snapshots, fork and backups: fake_snapshot_test.go
@@ -64,7 +66,7 @@ func (f *fakeBackend) Get(ctx context.Context, name string) (api.Sandbox, error)
 	return sb, nil
 }
 
-func (f *fakeBackend) List(ctx context.Context, lf ListFilter) ([]api.Sandbox, error) {
+func (f *fakeBackend) List(ctx context.Context, lf control.ListFilter) ([]api.Sandbox, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -119,6 +121,7 @@ func (f *fakeBackend) WriteFile(ctx context.Context, name, path string, r io.Rea
 
 func (f *fakeBackend) ListFiles(ctx context.Context, name, path string, recursive bool) ([]api.FileInfo, error) {
 	f.calls.Add(1)
+	f.fileOpts = agentclient.FileOptionsFrom(ctx)
 	return []api.FileInfo{{Path: path + "/a", Name: "a", Type: "file"}}, nil
 }
 
@@ -134,6 +137,7 @@ func (f *fakeBackend) Mkdir(ctx context.Context, name string, req api.MkdirReque
 
 func (f *fakeBackend) Remove(ctx context.Context, name, path string, recursive bool) error {
 	f.calls.Add(1)
+	f.fileOpts = agentclient.FileOptionsFrom(ctx)
 	if f.removedFn != nil {
 		f.removedFn(name, path, recursive)
 	}

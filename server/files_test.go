@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -129,7 +130,8 @@ func TestDownloadStreams20MB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/octet-stream" {
+	// Letters: detected as text from the first bytes, before the rest.
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/plain; charset=utf-8" || res.Header.Get(api.BinaryHeader) != "false" {
 		t.Fatalf("%d %v", res.StatusCode, res.Header)
 	}
 	h := sha256.New()
@@ -215,5 +217,72 @@ func TestFileRoutes(t *testing.T) {
 	var img api.Image
 	if r.status != 200 || json.Unmarshal(r.body, &img) != nil || img.Size != 3<<20 {
 		t.Fatalf("import of a body over the JSON cap: %d %s", r.status, r.body)
+	}
+}
+
+// The files routes hand ?user=, ?session=, ?hidden= and ?type= to the
+// backend as agentclient.FileOptions in the request context, and a write
+// without ?mode= asks for no mode (an existing file keeps its own).
+func TestFileOptionsReachTheBackend(t *testing.T) {
+	f := newFake()
+	var got agentclient.FileOptions
+	var gotMode uint32 = 1
+	f.writeFn = func(ctx context.Context, name, path string, r io.Reader, mode uint32) error {
+		got, gotMode = agentclient.FileOptionsFrom(ctx), mode
+		_, err := io.Copy(io.Discard, r)
+		return err
+	}
+	f.readFn = func(ctx context.Context, name, path string) (io.ReadCloser, error) {
+		got = agentclient.FileOptionsFrom(ctx)
+		return io.NopCloser(strings.NewReader("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")), nil
+	}
+	ts := newTestServer(t, f, nil)
+	do := func(method, q string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.URL+"/v1/sandboxes/box/files/content?"+q, strings.NewReader("x"))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	if res := do("PUT", "path=a.txt&user=root&session=s1"); res.StatusCode != 204 {
+		t.Fatalf("put: %d", res.StatusCode)
+	}
+	if got.User != "root" || got.Session != "s1" || gotMode != 0 {
+		t.Fatalf("backend got %+v, mode %o", got, gotMode)
+	}
+	res := do("GET", "path=pic&session=s2")
+	if got.Session != "s2" || res.Header.Get("Content-Type") != "image/png" || res.Header.Get(api.BinaryHeader) != "true" {
+		t.Fatalf("read: %+v %v", got, res.Header)
+	}
+	for _, q := range []string{"path=a&session=..", "path=a&session=a%2Fb", "path=a&user=a%0Ab"} {
+		if res := do("GET", q); res.StatusCode != 400 {
+			t.Errorf("%s: %d, want 400", q, res.StatusCode)
+		}
+	}
+	// hidden and type on their routes.
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/sandboxes/box/files?path=/w&hidden=false", nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 || !f.fileOpts.HideDotFiles {
+		t.Fatalf("list: %v %v %+v", res, err, f.fileOpts)
+	}
+	req, _ = http.NewRequest("GET", ts.URL+"/v1/sandboxes/box/files?path=/w&hidden=maybe", nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 400 {
+		t.Fatalf("list hidden=maybe: %v %v", res, err)
+	}
+	req, _ = http.NewRequest("DELETE", ts.URL+"/v1/sandboxes/box/files?path=/w&type=file", nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 204 || f.fileOpts.RemoveType != "file" {
+		t.Fatalf("delete type=file: %v %v %+v", res, err, f.fileOpts)
+	}
+	req, _ = http.NewRequest("DELETE", ts.URL+"/v1/sandboxes/box/files?path=/w&type=socket", nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 400 {
+		t.Fatalf("delete type=socket: %v %v", res, err)
 	}
 }

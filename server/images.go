@@ -24,7 +24,7 @@ func (s *server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	if err := validateRef("ref", req.Ref); err != nil {
+	if err := validatePullRef(req.Ref); err != nil {
 		return err
 	}
 	if req.Name != "" {
@@ -97,7 +97,7 @@ func (s *server) longOp(w http.ResponseWriter, r *http.Request, op func(context.
 		if st.closeIfUnstarted() {
 			return err
 		}
-		e := api.ErrorBody(err)
+		e := errorBody(w, err)
 		_ = st.finish("error", api.Progress{Error: &e})
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
@@ -19,10 +20,12 @@ const maxCodeBytes = 16 << 20
 
 func validateLanguage(l string) error {
 	switch l {
-	case "", "python", "javascript", "typescript", "python3", "py", "js", "node", "ts":
+	case "", "python", "javascript", "typescript", "python3", "py", "js", "node", "ts", "bash", "sh", "shell":
 		return nil
+	case "r", "java", "R", "Java":
+		return nil // the agent says why it cannot run them
 	}
-	return errdefs.InvalidArgument("unsupported language %q (python, javascript or typescript)", l)
+	return errdefs.InvalidArgument("unsupported language %q (python, javascript, typescript or bash)", l)
 }
 
 func (s *server) createCodeContext(w http.ResponseWriter, r *http.Request) error {
@@ -148,7 +151,9 @@ func (s *server) runCode(w http.ResponseWriter, r *http.Request) error {
 		st := newSSEStream(w, cancel)
 		stop := st.keepAlive(s.pingInterval)
 		var complete *api.CodeEvent
-		_, err = ag.RunCode(ctx, req, func(ev api.CodeEvent) {
+		// The headers go out once the agent took the run, so a cell
+		// that prints nothing has a started stream.
+		_, err = ag.RunCodeStarted(ctx, req, st.ping, func(ev api.CodeEvent) {
 			if ev.Type == api.CodeEventComplete {
 				complete = &ev // sent by finish below, as the terminal event
 				return
@@ -162,7 +167,10 @@ func (s *server) runCode(w http.ResponseWriter, r *http.Request) error {
 			}
 			// "failure", not "error": an error event is the code's own
 			// exception and the run goes on; a failure ends the stream.
-			e := api.ErrorBody(err)
+			if r.Context().Err() == nil {
+				err = s.codeRunCut(name, err)
+			}
+			e := errorBody(w, err)
 			_ = st.finish(codeFailureEvent, codeFailure{Type: codeFailureEvent, Failure: &e})
 			return nil
 		}
@@ -178,4 +186,19 @@ const codeFailureEvent = "failure"
 type codeFailure struct {
 	Type    string     `json:"type"`
 	Failure *api.Error `json:"failure"`
+}
+
+// codeRunCut names the cause of a run cut short when it is that its
+// sandbox was destroyed or stopped meanwhile, not the agent's torn stream.
+func (s *server) codeRunCut(name string, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, gerr := s.b.Get(ctx, name)
+	switch {
+	case errdefs.IsKind(gerr, errdefs.ErrNotFound):
+		return errdefs.Unavailable("sandbox %q was destroyed while the code ran", name)
+	case gerr == nil && sb.State != api.StateRunning:
+		return errdefs.Unavailable("sandbox %q stopped (%s) while the code ran; its interpreter state is gone", name, sb.State)
+	}
+	return err
 }

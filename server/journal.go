@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/store"
 )
@@ -26,27 +26,6 @@ type Journal interface {
 	Begin(ctx context.Context, e store.JournalEntry) (store.JournalEntry, error)
 	Finish(ctx context.Context, seq int64, status, result, errMsg string, at time.Time) error
 	Journal(ctx context.Context, sandbox string) ([]store.JournalEntry, error)
-}
-
-// journaledOps are the routes whose calls are recorded: every lifecycle
-// operation and every operation with an effect outside berth. The value
-// is the op name in the journal.
-var journaledOps = map[string]string{
-	"POST /v1/sandboxes":                       "create",
-	"PUT /v1/sandboxes/{name}":                 "get-or-create",
-	"DELETE /v1/sandboxes/{name}":              "destroy",
-	"POST /v1/sandboxes/{name}/sleep":          "sleep",
-	"POST /v1/sandboxes/{name}/exec":           "exec",
-	"POST /v1/sandboxes/{name}/snapshots":      "snapshot",
-	"POST /v1/sandboxes/{name}/fork":           "fork",
-	"POST /v1/sandboxes/{name}/backups":        "backup",
-	"POST /v1/backups/{id}/restore":            "restore-backup",
-	"POST /v1/sandboxes/{name}/ports":          "expose-port",
-	"DELETE /v1/sandboxes/{name}/ports/{port}": "unexpose-port",
-	"POST /v1/sandboxes/{name}/processes":      "start-process",
-	"POST /v1/sandboxes/{name}/git/checkout":   "git-checkout",
-	"POST /v1/sandboxes/{name}/code/run":       "run-code",
-	"POST /v1/objects/{class}/{id}/{method}":   "rpc",
 }
 
 const (
@@ -67,8 +46,10 @@ type replay struct {
 // whose key is not here was left by a daemon that died.
 var inflight sync.Map
 
-func (s *server) journaled(w http.ResponseWriter, r *http.Request, pattern string, h handlerFunc) error {
-	op := journaledOps[pattern]
+// journaled runs h for a route that rule honours: the call is recorded,
+// and a call with a key seen before gets the first answer (keyRules).
+func (s *server) journaled(w http.ResponseWriter, r *http.Request, pattern string, rule keyRule, h handlerFunc) error {
+	op := rule.op
 	key := r.Header.Get(api.IdempotencyKeyHeader)
 	if len(key) > maxIdempotencyKey {
 		return errdefs.InvalidArgument("%s is longer than %d bytes", api.IdempotencyKeyHeader, maxIdempotencyKey)
@@ -80,19 +61,37 @@ func (s *server) journaled(w http.ResponseWriter, r *http.Request, pattern strin
 			if mbe, ok := err.(*http.MaxBytesError); ok {
 				return errTooLarge{mbe}
 			}
-			return errdefs.InvalidArgument("read request body: %v", err)
+			return errdefs.InvalidArgument("read request body: %w", err)
 		}
 		body = b
 		r.Body = io.NopCloser(bytes.NewReader(b))
 	}
-	stream := journalStream(s, r, pattern, body)
-	bodySum := sha256.Sum256(body)
-	e := store.JournalEntry{Sandbox: stream, Op: op, Args: redactArgs(r, body), Detail: r.Method + " " + r.URL.Path}
+	stream := journalStream(s, r, pattern, rule, body)
+	args := "\"[redacted]\""
+	if !rule.redactBody {
+		args = redactArgs(r, body)
+	} else if len(body) == 0 {
+		args = ""
+	}
+	// The query is part of what a call asks (DELETE …/files?path=…), so
+	// it is part of the request a key is compared against.
+	detail := r.Method + " " + r.URL.Path
+	if r.URL.RawQuery != "" {
+		detail += "?" + r.URL.RawQuery
+	}
+	e := store.JournalEntry{Sandbox: stream, Op: op, Args: args, Detail: detail}
 	if key != "" {
 		// Scoped to the route's path and the caller's credential, so one
 		// client's key never replays another's call.
-		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\x00" + callerID(r) + "\x00" + key))
+		scope := r.Method + " " + r.URL.Path + "\x00" + callerID(r) + "\x00" + key
+		sum := sha256.Sum256([]byte(scope))
 		e.Key = "http:" + hex.EncodeToString(sum[:16])
+		bodySum := sha256.Sum256(body)
+		if rule.redactBody {
+			// The body is a secret: salt its hash with the key's scope,
+			// so the journal holds nothing to look a known value up by.
+			bodySum = sha256.Sum256(append([]byte(scope+"\x00"), body...))
+		}
 		e.Detail += " body-sha256:" + hex.EncodeToString(bodySum[:8])
 	}
 	ctx := r.Context()
@@ -164,7 +163,7 @@ func (s *server) beginKeyed(w http.ResponseWriter, r *http.Request, e *store.Jou
 		*e = got
 		return false, nil
 	}
-	if !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if !errdefs.IsKind(err, errdefs.ErrAlreadyExists) {
 		return false, err
 	}
 	if got.Detail != e.Detail {
@@ -194,12 +193,23 @@ func (s *server) beginKeyed(w http.ResponseWriter, r *http.Request, e *store.Jou
 }
 
 // journalStream is the controller a call belongs to.
-func journalStream(s *server, r *http.Request, pattern string, body []byte) string {
+// Routes that name no sandbox (images, secrets, snapshot and backup
+// deletes) record under the empty stream, which no API reads by name.
+func journalStream(s *server, r *http.Request, pattern string, rule keyRule, body []byte) string {
 	if n := r.PathValue("name"); n != "" {
 		return n
 	}
+	if n := r.PathValue("node"); n != "" {
+		// Its own stream: ':' is in no sandbox name, so a node named
+		// like a sandbox never writes into that sandbox's journal.
+		return "node:" + n
+	}
 	if strings.HasPrefix(pattern, "POST /v1/objects/") && s.opts.Objects != nil {
 		return s.opts.Objects.ObjectJournalName(r.Context(), r.PathValue("class"), r.PathValue("id"))
+	}
+	if !rule.streamFromBody {
+		// An image pull's "name" is an image's, not a sandbox's.
+		return ""
 	}
 	var b struct {
 		Name    string `json:"name"`
@@ -212,9 +222,18 @@ func journalStream(s *server, r *http.Request, pattern string, body []byte) stri
 	return b.Sandbox
 }
 
+// callerID scopes idempotency keys to the credential that made the call.
+// A forwarded call carries the fingerprint the entry node took of it (the
+// key stayed there): without it every forwarded caller would share one
+// scope, and one tenant's key would replay another's answer.
 func callerID(r *http.Request) string {
-	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	return hex.EncodeToString(sum[:8])
+	if id, ok := forward.From(r.Context()); ok {
+		if id.Caller != "" {
+			return id.Caller
+		}
+		return "forwarded tenant " + id.Tenant // never one scope for all tenants
+	}
+	return forward.Fingerprint(r.Header.Get("Authorization"))
 }
 
 // secretName matches argument names whose values are secrets.

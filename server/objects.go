@@ -1,23 +1,12 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
-
-// Objects is the durable-object RPC face (package durable's Host).
-type Objects interface {
-	// CallObject runs method on the object (class, id) with JSON args.
-	// Unknown class or method: not found; bad args: invalid argument.
-	CallObject(ctx context.Context, class, id, method string, args json.RawMessage) (json.RawMessage, error)
-	// ObjectJournalName is the journal stream of the object, so that its
-	// RPCs are journaled next to its container's lifecycle.
-	ObjectJournalName(ctx context.Context, class, id string) string
-}
 
 func (s *server) callObject(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Objects == nil {
@@ -28,7 +17,7 @@ func (s *server) callObject(w http.ResponseWriter, r *http.Request) error {
 		if mbe, ok := err.(*http.MaxBytesError); ok {
 			return errTooLarge{mbe}
 		}
-		return errdefs.InvalidArgument("read request body: %v", err)
+		return errdefs.InvalidArgument("read request body: %w", err)
 	}
 	if len(body) > 0 && !json.Valid(body) {
 		return errdefs.InvalidArgument("request body is not JSON")

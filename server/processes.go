@@ -183,7 +183,7 @@ func (s *server) processLogs(w http.ResponseWriter, r *http.Request) error {
 			if st.closeIfUnstarted() {
 				return err
 			}
-			e := api.ErrorBody(err)
+			e := errorBody(w, err)
 			_ = st.finish("error", api.ExecEvent{Type: "error", Error: &e})
 			return nil
 		}

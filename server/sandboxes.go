@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -59,7 +60,7 @@ func (s *server) getOrCreateSandbox(w http.ResponseWriter, r *http.Request) erro
 
 func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := ListFilter{State: q.Get("state")}
+	f := control.ListFilter{State: q.Get("state")}
 	if f.State != "" && !validState(f.State) {
 		return errdefs.InvalidArgument("query parameter state: want one of starting, running, sleeping, failed, destroyed; got %q", f.State)
 	}
@@ -161,7 +162,7 @@ func (s *server) execStream(w http.ResponseWriter, r *http.Request, name string,
 		if st.closeIfUnstarted() {
 			return err
 		}
-		e := api.ErrorBody(err)
+		e := errorBody(w, err)
 		_ = st.finish("error", api.ExecEvent{Type: "error", Error: &e})
 		return nil
 	}

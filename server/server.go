@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/reqinfo"
 	"github.com/berth-sh/berth/policy"
 )
 
@@ -38,7 +41,7 @@ type Options struct {
 	// Logf logs server-side failures (5xx, panics). Nil discards.
 	Logf func(format string, args ...any)
 	// Objects serves durable-object RPC (/v1/objects); nil: none.
-	Objects Objects
+	Objects control.Objects
 	// Tenants resolves API keys other than APIKey to a tenant of the
 	// operator policy (the tenant goes into the request's context, see
 	// policy.WithTenant); nil: APIKey is the only key.
@@ -46,6 +49,13 @@ type Options struct {
 	// Journal records mutating calls and replays Idempotency-Key
 	// retries (journal.go); nil: calls are not recorded.
 	Journal Journal
+	// Nodes is the cluster membership (/v1/nodes, operator only);
+	// nil: those routes answer 412.
+	Nodes control.Nodes
+	// Forward sends requests for sandboxes another node owns to that
+	// node, and creates to the node placement chose (control/forward,
+	// forward.go); nil: a single host, everything is served here.
+	Forward forward.Router
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -106,6 +116,7 @@ var routes = []route{
 	{"GET", "/v1/sandboxes/{name}/sessions", (*server).listSessions},
 	{"GET", "/v1/sandboxes/{name}/sessions/{id}", (*server).getSession},
 	{"DELETE", "/v1/sandboxes/{name}/sessions/{id}", (*server).deleteSession},
+	{"PATCH", "/v1/sandboxes/{name}/sessions/{id}", (*server).updateSession},
 	{"POST", "/v1/sandboxes/{name}/sessions/{id}/exec", (*server).sessionExec},
 	{"POST", "/v1/sandboxes/{name}/git/checkout", (*server).gitCheckout},
 	{"POST", "/v1/sandboxes/{name}/terminals", (*server).createTerminal},
@@ -130,10 +141,15 @@ var routes = []route{
 	{"POST", "/v1/objects/{class}/{id}/{method}", (*server).callObject},
 	{"GET", "/v1/sandboxes/{name}/journal", (*server).getJournal},
 	{"GET", "/v1/objects/{class}/{id}/journal", (*server).getObjectJournal},
+	// Cluster membership: nodes.go.
+	{"GET", "/v1/nodes", (*server).listNodes},
+	{"GET", "/v1/nodes/{node}", (*server).getNode},
+	{"POST", "/v1/nodes/{node}/drain", (*server).drainNode},
+	{"POST", "/v1/nodes/{node}/undrain", (*server).undrainNode},
 }
 
 type server struct {
-	b            Backend
+	b            control.Backend
 	opts         Options
 	mux          *http.ServeMux
 	keyHash      [sha256.Size]byte
@@ -143,9 +159,9 @@ type server struct {
 
 // New returns the API handler. Wrap it in NewHTTPServer (or an equivalent
 // http.Server with header timeouts) before listening.
-func New(b Backend, opts Options) http.Handler { return newServer(b, opts) }
+func New(b control.Backend, opts Options) http.Handler { return newServer(b, opts) }
 
-func newServer(b Backend, opts Options) *server {
+func newServer(b control.Backend, opts Options) *server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -166,13 +182,22 @@ func newServer(b Backend, opts Options) *server {
 	for _, rt := range routes {
 		h := rt.h
 		pattern := rt.method + " " + rt.path
-		if _, ok := journaledOps[pattern]; ok && opts.Journal != nil {
-			inner := h
-			h = func(s *server, w http.ResponseWriter, r *http.Request) error {
-				return s.journaled(w, r, pattern, inner)
-			}
+		if rule, ok := keyRules[pattern]; ok {
+			h = withKeyRule(pattern, rule, opts.Journal != nil, h)
 		}
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if rw, ok := w.(*routeWriter); ok {
+				rw.routed = true
+				w = rw.ResponseWriter
+			}
+			info := reqinfo.From(r.Context())
+			info.SetRoute(pattern, r.PathValue("name"))
+			info.SetTenant(policy.TenantFrom(r.Context()))
+			// A single host has no router: this one branch is all the
+			// forwarding costs it (BenchmarkExecSingleHost).
+			if s.opts.Forward != nil && s.forward(w, r, pattern) {
+				return
+			}
 			s.serve(w, r, h)
 		})
 	}
@@ -202,6 +227,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Authenticate before routing answers 404 or 405, so that an
 	// unauthenticated caller cannot enumerate the API.
 	authOK := s.authorized(r)
+	if id, ok := forward.From(r.Context()); ok {
+		// Forwarded by another node, which authenticated the caller (the
+		// key stayed there); only the node listener's Receiver, after the
+		// cluster credential checked out, can put this in the context.
+		authOK = true
+		if id.Tenant != "" {
+			r = r.WithContext(policy.WithTenant(r.Context(), id.Tenant))
+		}
+	}
 	if !authOK && s.opts.Tenants != nil {
 		if tenant, ok := s.opts.Tenants(bearerToken(r)); ok && tenant != "" {
 			r = r.WithContext(policy.WithTenant(r.Context(), tenant))
@@ -213,24 +247,76 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Unauthenticated("missing or invalid API key: send \"Authorization: Bearer <key>\" (the key is in <data>/client.json)"))
 		return
 	}
+	// The API never redirects: a non-canonical path is refused before
+	// routing (a ServeMux would answer it with a redirect to the cleaned
+	// path, and a client that follows a redirected DELETE of
+	// …/processes/.. deletes the sandbox).
+	if msg := nonCanonical(r); msg != "" {
+		writeError(w, errdefs.InvalidArgument("%s", msg))
+		return
+	}
 	if pattern == "" {
-		// The mux answers unknown routes (and non-canonical paths, by
-		// redirect) itself in plain text. Ask it what it would say and
-		// answer in JSON instead; an API has no reason to redirect.
+		// The mux answers unknown routes itself in plain text. Ask it
+		// what it would say and answer in JSON instead.
 		rec := &captureWriter{header: http.Header{}}
 		h.ServeHTTP(rec, r)
 		if rec.status == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 			writeJSON(w, http.StatusMethodNotAllowed, api.Error{
-				Code:    "invalid_argument",
-				Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow")),
+				Code:      "invalid_argument",
+				Message:   fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow")),
+				RequestID: w.Header().Get(reqinfo.Header),
 			})
 			return
 		}
 		writeError(w, errdefs.NotFound("no API route %s %s", r.Method, r.URL.Path))
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	// Whatever the mux does other than calling one of our routes (a
+	// trailing-slash redirect) becomes a JSON 404 (routeWriter).
+	rw := &routeWriter{ResponseWriter: w, method: r.Method, path: r.URL.Path}
+	s.mux.ServeHTTP(rw, r)
+}
+
+// routeWriter is what ServeHTTP hands the mux. A registered route unwraps
+// it (and marks it routed); anything else the mux would write, such as a
+// redirect, is replaced by a JSON 404, so no answer of the API is ever a
+// 3xx.
+type routeWriter struct {
+	http.ResponseWriter
+	method, path string
+	routed       bool
+	scratch      http.Header
+	answered     bool
+}
+
+func (w *routeWriter) Header() http.Header {
+	if w.routed {
+		return w.ResponseWriter.Header()
+	}
+	if w.scratch == nil {
+		w.scratch = http.Header{}
+	}
+	return w.scratch
+}
+
+func (w *routeWriter) WriteHeader(code int) {
+	if w.routed {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	if !w.answered {
+		w.answered = true
+		writeError(w.ResponseWriter, errdefs.NotFound("no API route %s %s (berth does not redirect: send the exact path)", w.method, w.path))
+	}
+}
+
+func (w *routeWriter) Write(p []byte) (int, error) {
+	if w.routed {
+		return w.ResponseWriter.Write(p)
+	}
+	w.WriteHeader(http.StatusNotFound)
+	return len(p), nil
 }
 
 // bearerToken returns the request's bearer token, or "".
@@ -288,7 +374,15 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	writeJSON(w, api.HTTPStatus(err), api.ErrorBody(err))
+	writeJSON(w, api.HTTPStatus(err), errorBody(w, err))
+}
+
+// errorBody is err as the API's error JSON, with the request id that Guard
+// put in the response header, so that a report can be matched to the log.
+func errorBody(w http.ResponseWriter, err error) api.Error {
+	e := api.ErrorBody(err)
+	e.RequestID = w.Header().Get(reqinfo.Header)
+	return e
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -83,6 +83,26 @@ func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
+// updateSession sets and unsets variables in a live session and changes
+// its default command timeout.
+func (s *server) updateSession(w http.ResponseWriter, r *http.Request) error {
+	var req api.UpdateSessionRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := validateUpdateSession(&req); err != nil {
+		return err
+	}
+	return s.withSession(r, func(ag *agentclient.Client, id string) error {
+		info, err := ag.UpdateSession(r.Context(), id, req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
+	})
+}
+
 func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	grace, err := queryGrace(r)
 	if err != nil {
@@ -141,7 +161,7 @@ func (s *server) sessionExecStream(w http.ResponseWriter, r *http.Request, ag *a
 		if st.closeIfUnstarted() {
 			return err
 		}
-		e := api.ErrorBody(err)
+		e := errorBody(w, err)
 		_ = st.finish("error", sessionExecEvent{Type: "error", Error: &e})
 		return nil
 	}

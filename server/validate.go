@@ -18,9 +18,7 @@ const (
 	maxEnv         = 1024
 	maxEnvKey      = 256
 	maxEnvValue    = 128 << 10
-	maxLabels      = 64
-	maxLabelKey    = 63
-	maxLabelValue  = 256
+	maxLabels      = api.MaxLabels
 	maxRefBytes    = 512
 	maxArgv        = 4096
 	maxUserBytes   = 64
@@ -34,7 +32,6 @@ const (
 
 var (
 	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$`)
 	instanceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 )
 
@@ -162,6 +159,9 @@ func validateEnv(field string, env map[string]string) error {
 		if len(k) > maxEnvKey || !envKeyRE.MatchString(k) {
 			return errdefs.InvalidArgument("%s: invalid variable name %q (want [A-Za-z_][A-Za-z0-9_]*)", field, k)
 		}
+		if v == api.EnvUnset {
+			continue // null: unset the variable
+		}
 		if len(v) > maxEnvValue {
 			return errdefs.InvalidArgument("%s: value of %s is %d bytes, max %d", field, k, len(v), maxEnvValue)
 		}
@@ -172,20 +172,9 @@ func validateEnv(field string, env map[string]string) error {
 	return nil
 }
 
-func validateLabels(labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return errdefs.InvalidArgument("%d labels, max %d", len(labels), maxLabels)
-	}
-	for k, v := range labels {
-		if len(k) > maxLabelKey || !labelKeyRE.MatchString(k) {
-			return errdefs.InvalidArgument("invalid label key %q: use up to %d of A-Z a-z 0-9 . _ / -, starting and ending with a letter or digit", k, maxLabelKey)
-		}
-		if len(v) > maxLabelValue || hasControl(v) || !utf8.ValidString(v) {
-			return errdefs.InvalidArgument("invalid value for label %q: up to %d printable UTF-8 bytes", k, maxLabelValue)
-		}
-	}
-	return nil
-}
+// validateLabels is api.ValidateLabels: sandbox and node labels share the
+// rule.
+func validateLabels(labels map[string]string) error { return api.ValidateLabels(labels) }
 
 func validState(st string) bool {
 	switch st {
@@ -215,4 +204,26 @@ func hasControl(s string) bool {
 
 func errInvalidMode(m uint32) error {
 	return errdefs.InvalidArgument("mode %#o is not a permission mode (max 07777)", m)
+}
+
+// pullRefRE is the grammar of an image reference (the distribution
+// project's): an optional registry host[:port], slash-separated path
+// components of lowercase alphanumerics joined by '.', '_', '__' or '-',
+// an optional tag and an optional digest. A pull of anything else, such as
+// "../../etc/passwd", is refused here as invalid rather than being sent to
+// a "registry" named "..", which fails as unavailable.
+var pullRefRE = regexp.MustCompile(`^` +
+	`(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/|\[[0-9a-fA-F:.]+\](?::[0-9]+)?/)?` +
+	`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
+	`(?::[\w][\w.-]{0,127})?` +
+	`(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
+
+func validatePullRef(ref string) error {
+	if err := validateRef("ref", ref); err != nil {
+		return err
+	}
+	if !pullRefRE.MatchString(ref) {
+		return errdefs.InvalidArgument("invalid image reference %q: want [registry[:port]/]path[:tag][@digest] with lowercase path components such as docker.io/library/node:22", ref)
+	}
+	return nil
 }

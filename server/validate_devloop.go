@@ -110,7 +110,22 @@ func validateStartProcess(req *api.StartProcessRequest) error {
 	return validateTimeoutMs("timeoutMs", req.TimeoutMs)
 }
 
+func validateUpdateSession(req *api.UpdateSessionRequest) error {
+	if len(req.Env) == 0 && req.DefaultTimeoutMs == nil {
+		return errdefs.InvalidArgument("nothing to update: set env or defaultTimeoutMs")
+	}
+	if t := req.DefaultTimeoutMs; t != nil {
+		if err := validateTimeoutMs("defaultTimeoutMs", *t); err != nil {
+			return err
+		}
+	}
+	return validateEnv("env", req.Env)
+}
+
 func validateCreateSession(req *api.CreateSessionRequest) error {
+	if err := validateTimeoutMs("defaultTimeoutMs", req.DefaultTimeoutMs); err != nil {
+		return err
+	}
 	if req.ID != "" {
 		if err := validateDevID("session", req.ID); err != nil {
 			return err
@@ -138,7 +153,7 @@ func validateWaitLog(req *api.WaitLogRequest) error {
 	}
 	if req.Regex {
 		if _, err := regexp.Compile(req.Pattern); err != nil {
-			return errdefs.InvalidArgument("pattern is not a valid RE2 regular expression: %v", err)
+			return errdefs.InvalidArgument("pattern is not a valid RE2 regular expression: %w", err)
 		}
 	}
 	return validateTimeoutMs("timeoutMs", req.TimeoutMs)
@@ -269,7 +284,7 @@ func validateGlobs(kind string, globs []string) error {
 			return errdefs.InvalidArgument("%s glob %q: at most %d bytes of UTF-8 without NUL", kind, g, maxWatchGlobLen)
 		}
 		if _, err := path.Match(g, ""); err != nil {
-			return errdefs.InvalidArgument("invalid %s glob %q: %v", kind, g, err)
+			return errdefs.InvalidArgument("invalid %s glob %q: %w", kind, g, err)
 		}
 	}
 	return nil

@@ -81,7 +81,7 @@ func validateFork(req *api.ForkRequest) error {
 	seen := make(map[string]bool, len(req.Names))
 	for i, n := range req.Names {
 		if err := ValidateSandboxName(n); err != nil {
-			return errdefs.InvalidArgument("names[%d]: %v", i, err)
+			return errdefs.InvalidArgument("names[%d]: %w", i, err)
 		}
 		if seen[n] {
 			return errdefs.InvalidArgument("names[%d]: %q is given twice", i, n)

@@ -46,7 +46,11 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
-	ctx, cancel := context.WithCancel(r.Context())
+	fctx, err := fileCtx(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(fctx)
 	defer cancel()
 	wt, err := ag.Watch(ctx, p, opts)
 	if err != nil {
@@ -85,9 +89,9 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request) error {
 	} else if !errors.As(werr, &kind) {
 		// A raw transport error (a truncated chunked body when the
 		// agent dies) says the agent is gone, not that berth failed.
-		werr = errdefs.Unavailable("sandbox agent watch stream failed: %v", werr)
+		werr = errdefs.Unavailable("sandbox agent watch stream failed: %w", werr)
 	}
-	e := api.ErrorBody(werr)
+	e := errorBody(w, werr)
 	_ = st.finish(watchEvError, api.WatchEvent{Type: api.WatchErrorType, Error: &e, Timestamp: time.Now().UTC()})
 	return nil
 }

@@ -173,7 +173,7 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 
 	dec, err := zstd.NewReader(spool, zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderConcurrency(2))
 	if err != nil {
-		return errdefs.InvalidArgument("snapshot %s is corrupt: %v", id, err)
+		return errdefs.InvalidArgument("snapshot %s is corrupt: %w", id, err)
 	}
 	defer dec.Close()
 	lr := &capReader{r: dec, max: limit, id: id, compressed: st.Size()}
@@ -199,9 +199,9 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 	if lr.err != nil {
 		return lr.err // Unpack reports a failed read as a malformed tar
 	}
-	if errors.Is(err, errdefs.ErrResourceExhausted) {
+	if errdefs.IsKind(err, errdefs.ErrResourceExhausted) {
 		// Unpack refuses by the tar headers' sizes before reading data.
-		return errdefs.ResourceExhausted("snapshot %s is refused as a compression bomb (%d-byte blob): %v", id, st.Size(), err)
+		return errdefs.ResourceExhausted("snapshot %s is refused as a compression bomb (%d-byte blob): %w", id, st.Size(), err)
 	}
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", id, err)
@@ -431,7 +431,7 @@ func (c *capReader) Read(p []byte) (int, error) {
 		return 0, c.err
 	}
 	if err != nil && err != io.EOF {
-		c.err = errdefs.InvalidArgument("snapshot %s is corrupt: %v", c.id, err)
+		c.err = errdefs.InvalidArgument("snapshot %s is corrupt: %w", c.id, err)
 		return n, c.err
 	}
 	return n, err

@@ -67,6 +67,14 @@ type Sandbox struct {
 	// ended (durable.StartOptions.Entrypoint); nil while it runs, when
 	// there is none, and after the next start.
 	ExitCode *int `json:",omitempty"`
+
+	// Owner is the node that runs (or last ran) the sandbox in a cluster,
+	// and OwnerEpoch the epoch of the sandbox lease ("sandbox/NAME") under
+	// which it does: a node writes the record only while both are its own,
+	// so a node that comes back after it was declared dead cannot. Both
+	// are empty on a single host.
+	Owner      string `json:",omitempty"`
+	OwnerEpoch int64  `json:",omitempty"`
 }
 
 // Exposure is one exposed port of a sandbox.
@@ -169,7 +177,9 @@ type Backup struct {
 }
 
 // Artifacts stores snapshot and backup records. Gets of missing or expired
-// records are errdefs not-found errors.
+// records are errdefs not-found errors, except GetBackup of an expired
+// backup: errdefs.ErrExpired, with the record (its tenant decides who may
+// learn that it existed).
 type Artifacts interface {
 	PutSnapshot(ctx context.Context, s Snapshot) error
 	GetSnapshot(ctx context.Context, id string) (Snapshot, error)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 )
 
 // Agent is a running in-process agent.
@@ -21,6 +22,16 @@ type Agent struct {
 	TesterHome string
 }
 
+// needsRoot is why an agent cannot start: its default user is root, its
+// fake passwd has other users, and it runs commands and writes files as
+// them (setuid, chown).
+const needsRoot = "needs root: the in-process agent runs commands and writes files as other users"
+
+// Available reports whether Start can start an agent here (it needs root).
+// A test that starts agents off its own goroutine (behind an HTTP handler,
+// where Start's skip cannot end the test) asks first.
+func Available() bool { return os.Geteuid() == 0 }
+
 // Start starts an agent whose default user is root and stops it when the
 // test ends.
 func Start(tb testing.TB) *Agent {
@@ -31,6 +42,9 @@ func Start(tb testing.TB) *Agent {
 // StartWith is Start with a hook to adjust the agent's Config.
 func StartWith(tb testing.TB, adjust func(*agent.Config)) *Agent {
 	tb.Helper()
+	if !Available() {
+		tb.Skip(needsRoot)
+	}
 	// Unix socket paths are limited to 108 bytes; test names make
 	// t.TempDir paths long, so the socket gets its own short dir.
 	sockDir, err := os.MkdirTemp("", "agt")
@@ -48,7 +62,7 @@ func StartWith(tb testing.TB, adjust func(*agent.Config)) *Agent {
 		tb.Fatal(err)
 	}
 	a := &Agent{
-		Socket:     filepath.Join(sockDir, "agent.sock"),
+		Socket:     filepath.Join(sockDir, wire.SocketName),
 		Dir:        dir,
 		Home:       filepath.Join(dir, "root"),
 		TesterHome: filepath.Join(dir, "tester"),

@@ -356,7 +356,7 @@ func testOverwriteAtomic(t *testing.T, s blob.Store, _ Tamperer) {
 				}
 				rc, info, err := s.Get(ctx, "ow")
 				if err != nil {
-					errs <- fmt.Errorf("Get during overwrite: %w", err)
+					errs <- fmt.Errorf("s.Get during overwrite: %w", err)
 					return
 				}
 				b, err := io.ReadAll(rc)

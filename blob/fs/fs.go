@@ -357,7 +357,7 @@ func (s *Store) writeErr(key string, err error) error {
 
 func (s *Store) mapDirErr(err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return errdefs.ResourceExhausted("blob store %s is full (%v); nothing was stored", s.dir, err)
+		return errdefs.ResourceExhausted("blob store %s is full (%w); nothing was stored", s.dir, err)
 	}
 	return mapErr(err)
 }
@@ -367,17 +367,17 @@ func mapErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return errdefs.ResourceExhausted("no space left: %v", err)
+		return errdefs.ResourceExhausted("no space left: %w", err)
 	case errors.Is(err, iofs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return errdefs.PermissionDenied("%v", err)
+		return errdefs.PermissionDenied("%w", err)
 	case errors.Is(err, iofs.ErrNotExist):
-		return errdefs.NotFound("%v", err)
+		return errdefs.NotFound("%w", err)
 	}
 	var e *errdefs.Error
 	if errors.As(err, &e) {
 		return err
 	}
-	return errdefs.Internal("%v", err)
+	return errdefs.Internal("%w", err)
 }
 
 // ctxReader stops a long copy when ctx is cancelled.

@@ -2,7 +2,6 @@ package s3
 
 import (
 	"context"
-	"errors"
 	"io"
 	"sort"
 	"strings"
@@ -50,7 +49,7 @@ func (s *Store) Stat(ctx context.Context, key string) (blob.Info, error) {
 
 func (s *Store) notFound(err error, key, op string) error {
 	err = s.mapErr(err, "%s blob %s", op, key)
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if errdefs.IsKind(err, errdefs.ErrNotFound) {
 		return errdefs.NotFound("blob %s not found", key)
 	}
 	return err
@@ -62,7 +61,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	err := s.client.RemoveObject(ctx, s.cfg.Bucket, s.objectName(key), minio.RemoveObjectOptions{})
-	if err = s.mapErr(err, "delete blob %s", key); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err = s.mapErr(err, "delete blob %s", key); err != nil && !errdefs.IsKind(err, errdefs.ErrNotFound) {
 		return err
 	}
 	return nil
@@ -104,7 +103,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]blob.Info, error) {
 		switch {
 		case errs[i] == nil:
 			out = append(out, in)
-		case errors.Is(errs[i], errdefs.ErrNotFound):
+		case errdefs.IsKind(errs[i], errdefs.ErrNotFound):
 			// deleted between the listing and the HEAD
 		default:
 			return nil, errs[i]

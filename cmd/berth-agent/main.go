@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/agent"
+	"github.com/berth-sh/berth/agent/wire"
 )
 
 // Version is set at build time with -ldflags '-X main.Version=...'.
@@ -65,19 +66,28 @@ func main() {
 	if filepath.Base(os.Args[0]) == "sudo" {
 		os.Exit(agent.SudoMain(os.Args[1:], agent.SudoSocket))
 	}
-	socket := flag.String("socket", "/.berth/run/agent.sock", "unix socket to serve the agent API on")
+	socket := flag.String("socket", "/.berth/run/"+wire.SocketName, "unix socket to serve the agent API on")
 	defaultUser := flag.String("default-user", "user", "user for execs and new files when a request names none (root if the sandbox has no such user)")
 	version := flag.Bool("version", false, "print the version and exit")
 	// Test-only negative control (the daemon's BERTH_TEST_WEAKEN=fd-allowlist).
 	noFDCheck := flag.Bool("no-fd-check", false, "test only: do not check or close inherited descriptors")
+	// Test-only negative control (BERTH_TEST_WEAKEN=agent-log-cap).
+	noLogCap := flag.Bool("no-log-cap", false, "test only: do not cap the log file or truncate logged command lines")
 	sudoSocket = flag.String("sudo-socket", agent.SudoSocket, "unix socket for sudo requests from inside the sandbox")
 	flag.Parse()
 	if *version {
-		fmt.Printf("berth-agent %s (protocol %d)\n", Version, agent.ProtocolVersion)
+		fmt.Printf("berth-agent %s (protocol %d)\n", Version, wire.ProtocolVersion)
 		return
 	}
 	log.SetFlags(0)
 	log.SetPrefix("berth-agent: ")
+	if *noLogCap {
+		agent.DisableLogLimits()
+	} else {
+		// stderr is the bundle's agent.log on the host: sandbox users can
+		// make the agent log (sudo), so the file is capped.
+		log.SetOutput(agent.NewCappedLog(os.Stderr, agent.LogMax))
+	}
 	if !*noFDCheck {
 		// Fail closed: a descriptor the sandbox should not have means the
 		// boundary is already breached; the sandbox does not start.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,7 +68,7 @@ func buildAgent(t *testing.T) string {
 			return
 		}
 		agentBin = filepath.Join(dir, "berth-agent")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build",
+		cmd := exec.Command("go", "build", // go test puts its own GOROOT/bin first on PATH
 			"-ldflags", "-s -w -X main.Version=test-1.2.3", "-o", agentBin, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -67,7 +67,8 @@ func parseCpArgs(src, dst string) (from, to cpEnd, err error) {
 }
 
 func (a *app) cpCmd() *cobra.Command {
-	return &cobra.Command{
+	var fo client.FileOptions
+	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy a file into or out of a sandbox",
 		Long: `Copy one file between this machine and a sandbox. Exactly one of SRC and DST
@@ -77,6 +78,11 @@ is a sandbox path, written NAME:/path. Use - as the local side for stdin
 If DST is a directory (or ends in /), the file keeps its name. Uploads keep
 the local file's permission bits; downloads keep the sandbox file's.
 Local paths containing ':' must start with ./ or /.
+
+A relative sandbox path starts in the home of --user (default: the
+sandbox's user; root's home is /root), or in the working directory of
+--session. An upload over an existing file rewrites it in place (same
+inode and owner); the new file belongs to --user.
 
 Directories are not copied; pack them first:
   tar czf - src | berth cp - demo:/tmp/src.tgz && berth exec demo -- tar xzf /tmp/src.tgz
@@ -96,18 +102,22 @@ Examples:
 			if err != nil {
 				return err
 			}
+			ctx := client.WithFileOptions(cmd.Context(), fo)
 			if from.remote() {
-				return a.download(cmd.Context(), c, from, to.path)
+				return a.download(ctx, c, from, to.path)
 			}
-			return a.upload(cmd.Context(), c, from.path, to)
+			return a.upload(ctx, c, from.path, to)
 		},
 	}
+	cmd.Flags().StringVar(&fo.User, "user", "", "act as this sandbox user (relative paths from its home; owner of a new file)")
+	cmd.Flags().StringVar(&fo.Session, "session", "", "resolve a relative sandbox path from this session's working directory")
+	return cmd
 }
 
 func (a *app) upload(ctx context.Context, c *client.Client, src string, dst cpEnd) error {
 	var (
 		r    io.Reader = a.stdin
-		mode uint32    = 0o644
+		mode uint32    // stdin: 0644 for a new file, an existing one keeps its mode
 		size int64     = -1
 	)
 	if src != "-" {

@@ -18,13 +18,14 @@ import (
 
 	"github.com/berth-sh/berth/agent/agenttest"
 	"github.com/berth-sh/berth/agentclient"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/server"
 )
 
 // devFake serves the dev-loop routes from a real in-process agent.
 type devFake struct {
-	server.Backend
+	control.Backend
 	ag *agentclient.Client
 }
 
@@ -46,7 +47,7 @@ func newDevCLI(t *testing.T) (*cli, *agenttest.Agent) {
 	return c, a
 }
 
-func httptestServer(t *testing.T, b server.Backend) string {
+func httptestServer(t *testing.T, b control.Backend) string {
 	ts := httptest.NewServer(server.New(b, server.Options{APIKey: "k"}))
 	t.Cleanup(ts.Close)
 	return ts.URL

@@ -19,7 +19,7 @@ const maxExecStdin = 700 << 10
 func (a *app) execCmd() *cobra.Command {
 	var (
 		cwd, user, shell string
-		env              []string
+		env, unsetEnv    []string
 		timeout          time.Duration
 		stdin            bool
 	)
@@ -66,7 +66,7 @@ Examples:
 				req.Argv = args[1:]
 			}
 			var err error
-			if req.Env, err = parseKV("env", env); err != nil {
+			if req.Env, err = parseEnv(env, unsetEnv); err != nil {
 				return err
 			}
 			if stdin {
@@ -104,6 +104,7 @@ Examples:
 	f.StringVar(&cwd, "cwd", "", "working directory (default: the user's home)")
 	f.StringVar(&user, "user", "", "user to run as (default: user if the image has it, else root)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringArrayVar(&unsetEnv, "unset-env", nil, unsetEnvHelp)
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long, e.g. 30s (default: none)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send berth's stdin to the command (up to 700 KiB)")
 	f.StringVarP(&shell, "command", "c", "", "run this string with /bin/sh -c")

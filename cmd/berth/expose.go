@@ -13,7 +13,7 @@ import (
 func (a *app) exposeCmd() *cobra.Command {
 	var req api.ExposePortRequest
 	cmd := &cobra.Command{
-		Use:   "expose NAME PORT [--name LABEL] [--private]",
+		Use:   "expose NAME PORT [--name LABEL] [--private] [--token TOKEN]",
 		Short: "Give a port of a sandbox a preview URL",
 		Long: `Expose a TCP port of a sandbox at a preview URL. The service may listen on
 127.0.0.1 inside the sandbox; berth tunnels to it through the sandbox's
@@ -26,13 +26,16 @@ WebSockets are proxied.
 
 A URL lives as long as the sandbox's current run: after the sandbox sleeps
 or restarts it answers 410 and does not wake it; expose the port again for
-a new URL. Exposing a port again also rotates its token. --private makes
-the URL require "Authorization: Bearer <API key>".
+a new URL. Exposing a port again also rotates its token, unless --token
+names it (8 to 32 characters from [a-z0-9]): the same token gives the same
+URL again, also after the sandbox slept. --private makes the URL require
+"Authorization: Bearer <API key>".
 
 Examples:
   berth start dev -- python3 -m http.server 8000
   berth expose dev 8000
   berth expose dev 3000 --name web --private
+  berth expose dev 8000 --token devpreview01
   berth unexpose dev 8000
   berth ports dev`,
 		Args: cobra.ExactArgs(2),
@@ -57,6 +60,7 @@ Examples:
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "a label for the port")
 	cmd.Flags().BoolVar(&req.Private, "private", false, "require the API key (Authorization: Bearer) on the preview URL")
+	cmd.Flags().StringVar(&req.Token, "token", "", "the URL's token (8-32 characters from [a-z0-9]) instead of a random one, for a stable URL")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // exitBerthError is the exit status of `berth exec` when berth itself
@@ -76,7 +77,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ec) {
 		return int(ec)
 	}
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil && errdefs.Kind(err) == nil && errors.Is(err, context.Canceled) {
 		return 130 // interrupted, as a shell reports SIGINT; nothing to explain
 	}
 	fmt.Fprintf(stderr, "berth: %v\n", err)
@@ -145,6 +146,7 @@ Quick start:
 		a.journalCmd(),
 		a.policyCmd(),
 		a.callCmd(),
+		a.nodeCmd(),
 	)
 	return root
 }

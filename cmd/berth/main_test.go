@@ -13,9 +13,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/bench"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/daemon"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/server"
@@ -78,14 +80,15 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-// fake is a server.Backend; unimplemented methods panic into a 500.
+// fake is a control.Backend; unimplemented methods panic into a 500.
 type fake struct {
-	server.Backend
+	control.Backend
 	mu      sync.Mutex
 	created api.CreateSandboxRequest
 	execReq api.ExecRequest
 	files   map[string][]byte
 	modes   map[string]uint32
+	fileOpt agentclient.FileOptions // of the last WriteFile
 	execFn  func(req api.ExecRequest, stdout, stderr io.Writer) (api.ExitStatus, error)
 }
 
@@ -130,6 +133,7 @@ func (f *fake) WriteFile(ctx context.Context, name, p string, r io.Reader, mode 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.files[p], f.modes[p] = b, mode
+	f.fileOpt = agentclient.FileOptionsFrom(ctx)
 	return err
 }
 
@@ -244,6 +248,13 @@ func TestCpRoundTrip(t *testing.T) {
 	if code, _, errs := c.run("from stdin", "cp", "-", "box:/in.txt"); code != 0 || string(c.f.files["/in.txt"]) != "from stdin" {
 		t.Fatalf("stdin upload: %d %s", code, errs)
 	}
+	// From stdin no mode is sent: an existing file keeps its own.
+	if c.f.modes["/in.txt"] != 0 {
+		t.Fatalf("stdin upload sent mode %o", c.f.modes["/in.txt"])
+	}
+	if code, _, errs := c.run("x", "cp", "--user", "root", "--session", "s1", "-", "box:rel.txt"); code != 0 || c.f.fileOpt.User != "root" || c.f.fileOpt.Session != "s1" {
+		t.Fatalf("cp --user --session: %d %s %+v", code, errs, c.f.fileOpt)
+	}
 	out := filepath.Join(dir, "out")
 	os.Mkdir(out, 0o755)
 	if code, _, errs := c.run("", "cp", "box:/dir/run.sh", out); code != 0 {
@@ -274,12 +285,18 @@ func TestServeAndBenchWiring(t *testing.T) {
 	}
 	t.Cleanup(func() { runDaemon, runBench = daemon.Run, bench.Run })
 
-	code, _, errs := (&cli{t: t}).runRaw("serve", "--listen", "127.0.0.1:9", "--data", "/srv/b", "--runtime", "/bin/runc", "--subnet", "10.99.0.0/16")
+	code, _, errs := (&cli{t: t}).runRaw("serve", "--listen", "127.0.0.1:9", "--data", "/srv/b", "--runtime", "/bin/runc", "--subnet", "10.99.0.0/16",
+		"--cluster", "postgres://berth@db:5432/berth",
+		"--node-listen", "10.0.0.5:7443", "--cluster-token-file", "/etc/berth/token", "--node-tls-cert", "/c.pem", "--node-tls-key", "/k.pem", "--node-ca", "/ca.pem", "--node-insecure")
 	if code != 1 || !strings.Contains(errs, "stop") {
 		t.Fatalf("serve: %d %q", code, errs)
 	}
-	if got.Listen != "127.0.0.1:9" || got.DataDir != "/srv/b" || got.Runtime != "/bin/runc" || got.Subnet != "10.99.0.0/16" {
+	if got.Listen != "127.0.0.1:9" || got.DataDir != "/srv/b" || got.Runtime != "/bin/runc" || got.Subnet != "10.99.0.0/16" ||
+		got.Cluster != "postgres://berth@db:5432/berth" {
 		t.Fatalf("config %+v", got)
+	}
+	if want := (daemon.NodeAPIConfig{Listen: "10.0.0.5:7443", TokenFile: "/etc/berth/token", TLSCert: "/c.pem", TLSKey: "/k.pem", CA: "/ca.pem", Insecure: true}); got.Node != want {
+		t.Fatalf("node API config %+v, want %+v", got.Node, want)
 	}
 	c := newCLI(t)
 	if code, _, errs := c.run("", "bench", "--n", "7", "--json", "--data", "/d"); code != 0 || gotOpts.N != 7 || !gotOpts.JSON || gotOpts.DataDir != "/d" {

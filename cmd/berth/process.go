@@ -17,7 +17,7 @@ import (
 func (a *app) startCmd() *cobra.Command {
 	var (
 		req                api.StartProcessRequest
-		env                []string
+		env, unsetEnv      []string
 		timeout, waitLimit time.Duration
 		waitPort           int
 		waitLog            string
@@ -63,7 +63,7 @@ Examples:
 			req.Command = shellCommand(args[1:])
 			req.TimeoutMs = timeout.Milliseconds()
 			var err error
-			if req.Env, err = parseKV("env", env); err != nil {
+			if req.Env, err = parseEnv(env, unsetEnv); err != nil {
 				return err
 			}
 			c, err := a.client()
@@ -94,6 +94,7 @@ Examples:
 	f.StringVar(&req.User, "user", "", "user to run as")
 	f.StringVar(&req.SessionID, "session", "", "start from this session's directory and environment")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringArrayVar(&unsetEnv, "unset-env", nil, unsetEnvHelp)
 	f.DurationVar(&timeout, "timeout", 0, "kill the process after this long (default: never)")
 	f.IntVar(&waitPort, "wait-port", 0, "return once this port accepts TCP connections inside the sandbox")
 	f.StringVar(&waitLog, "wait-log", "", "return once a line of output contains this text")

@@ -134,7 +134,7 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&lang, "lang", "python", "language of the default context: python, javascript or typescript")
+	f.StringVar(&lang, "lang", "python", "language of the default context: python, javascript, typescript or bash")
 	f.StringVar(&contextID, "context", "", "run in this code context (see the API's code/contexts)")
 	f.StringVarP(&file, "file", "f", "", "read the code from this file instead of stdin")
 	f.StringVar(&outDir, "out", ".", "directory for image results")

@@ -9,8 +9,13 @@ import (
 )
 
 func TestRunCodeCLI(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed on this host")
+	// A python context runs IPython: a python3 with ipykernel.
+	const imp = "import ipykernel, jupyter_client"
+	if exec.Command("python3", "-c", imp).Run() != nil {
+		if exec.Command("/usr/bin/python3", "-c", imp).Run() != nil {
+			t.Skip("no python3 with ipykernel and jupyter_client on this host")
+		}
+		t.Setenv("PATH", "/usr/bin:"+os.Getenv("PATH"))
 	}
 	c, _ := newDevCLI(t)
 	out := t.TempDir()

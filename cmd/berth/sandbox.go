@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/node/local"
 )
 
 func (a *app) sandboxCmd() *cobra.Command {
@@ -29,6 +30,7 @@ func (a *app) sandboxCreateCmd() *cobra.Command {
 		req                api.CreateSandboxRequest
 		res                api.Resources
 		env, labels        []string
+		unsetEnv           []string
 		internet, keepLive bool
 		getOrCreate        bool
 		pf                 policyFlags
@@ -68,7 +70,7 @@ without --internet only allowed hosts are reachable; secrets named by
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
 			var err error
-			if req.Env, err = parseKV("env", env); err != nil {
+			if req.Env, err = parseEnv(env, unsetEnv); err != nil {
 				return err
 			}
 			if req.Labels, err = parseKV("label", labels); err != nil {
@@ -109,12 +111,13 @@ without --internet only allowed hosts are reachable; secrets named by
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Image, "image", "", "image name, reference or digest (default debian-trixie)")
-	f.StringVar(&req.Instance, "instance", "", "instance type: lite, basic, standard-1..4 (default lite)")
+	f.StringVar(&req.Instance, "instance", "", "instance type: lite, basic, standard-1..4 (default "+local.DefaultInstance+")")
 	f.Float64Var(&res.VCPU, "vcpu", 0, "custom vCPUs (may be fractional, e.g. 0.5)")
 	f.Int64Var(&res.MemoryMiB, "memory-mib", 0, "custom memory in MiB")
 	f.Int64Var(&res.DiskMB, "disk-mb", 0, "custom disk in MB")
 	f.BoolVar(&internet, "internet", false, "allow outbound internet access")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for every command (repeatable)")
+	f.StringArrayVar(&unsetEnv, "unset-env", nil, "unset this image environment variable for every command (repeatable; sent as null)")
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringVar(&req.SleepAfter, "sleep-after", "", "sleep after this much inactivity, e.g. 10m (default 10m)")
 	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
@@ -137,7 +140,8 @@ func (a *app) sandboxLsCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List sandboxes",
 		Long: `List sandboxes, optionally only those in one state and carrying all the
-given labels.
+given labels. NODE is the node that runs (or last ran) each one; on a single
+host, the host's node name (see 'berth node ls').
 
 Examples:
   berth sandbox ls
@@ -164,10 +168,10 @@ Examples:
 				return printJSON(a.stdout, list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tIMAGE\tINSTANCE\tIP\tLAST ACTIVE")
+			fmt.Fprintln(tw, "NAME\tSTATE\tIMAGE\tINSTANCE\tNODE\tIP\tLAST ACTIVE")
 			now := time.Now()
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.State, orDash(sb.Image), orDash(sb.Instance), orDash(sb.IP), humanAgo(sb.LastActive, now))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.State, orDash(sb.Image), orDash(sb.Instance), orDash(sb.Node), orDash(sb.IP), humanAgo(sb.LastActive, now))
 			}
 			return tw.Flush()
 		},

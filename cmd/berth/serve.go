@@ -15,6 +15,7 @@ var runDaemon = daemon.Run
 
 func (a *app) serveCmd() *cobra.Command {
 	var cfg daemon.Config
+	var s3Images bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth server (as root)",
@@ -26,22 +27,55 @@ sandbox layers) and writes <data>/client.json with its URL and API key, so
 berth client commands on this host find it without flags. Sandboxes keep
 running when the server stops; the next start adopts them.
 
+It prints the API key at start only when stderr is a terminal; otherwise
+(a log file) it prints the key's first characters. Every request gets one
+log line on stderr (see --request-log) and an id, returned in the
+X-Request-Id header and in every error body.
+
+Every berth process is a node of its cluster (a single host is a cluster
+of one): it writes its entry (capacity, what is committed, images and
+snapshot layers held, isolation backends, labels) on start and every
+--node-heartbeat, and 'berth node ls' lists the entries. A node silent for
+longer than --node-stale is stale and takes no new sandboxes. --role is
+only recorded in the entry for now: every process still serves both the
+control plane and its sandboxes; the split comes with cluster mode.
+
 The API listens on loopback by default. Listening on another address
 exposes it to that network, protected only by the API key.
+
+--cluster keeps the state (sandbox records, journal, durable objects'
+storage and alarms, snapshot and backup records, secrets) in PostgreSQL
+instead of <data>/state.db, the first step of cluster mode. The schema is
+created or upgraded at start. A server that cannot be reached fails start-up
+naming its host; later, while it is down, requests fail with 503 and nothing
+is recorded. The DSN's password is never logged, but a command line is
+readable by every local user: give the password in a ~/.pgpass file or
+$PGPASSWORD, or the whole DSN in $BERTH_CLUSTER_DSN (a systemd
+EnvironmentFile, say). Whoever administers that database can read and
+change all of berth's state, secrets included.
+
+--node-listen serves this machine's node to other berth processes (the
+node API), under a cluster credential that is not the API key (the
+--cluster-token-file). Beyond loopback it needs TLS (--node-tls-cert and
+--node-tls-key) or an explicit --node-insecure.
 
 Examples:
   sudo berth serve
   sudo berth serve --listen 127.0.0.1:8080 --data /srv/berth
   sudo berth serve --subnet 10.99.0.0/16 --runtime /usr/local/bin/runc
-  sudo BERTH_S3_ACCESS_KEY=... BERTH_S3_SECRET_KEY=... berth serve --s3-endpoint https://s3.example.com --s3-bucket snaps`,
+  sudo BERTH_S3_ACCESS_KEY=... BERTH_S3_SECRET_KEY=... berth serve --s3-endpoint https://s3.example.com --s3-bucket snaps
+  sudo berth serve --cluster 'postgres://berth@db.internal:5432/berth?sslmode=verify-full'   # password in root's ~/.pgpass
+  sudo berth serve --node-name worker-1 --node-label zone=eu-1 --node-label disk=ssd`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.DataDir = client.DataDir(a.dataDir)
+			cfg.Blobs.NoImages = !s3Images
 			return runDaemon(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address for the HTTP API")
+	f.StringVar(&cfg.Cluster, "cluster", "", "PostgreSQL DSN for the state store (postgres://USER@HOST:PORT/DB?sslmode=verify-full); default $"+daemon.ClusterDSNEnv+", else SQLite in --data")
 	f.StringVar(&cfg.Runtime, "runtime", "", "OCI runtime binary (default: runc beside berth, then $PATH)")
 	f.StringVar(&cfg.AgentBinary, "agent", "", "berth-agent binary (default: beside berth, then $PATH)")
 	f.StringVar(&cfg.Subnet, "subnet", "10.88.0.0/16", "IPv4 subnet for sandbox addresses")
@@ -53,8 +87,9 @@ Examples:
 	f.DurationVar(&cfg.AlarmTick, "alarm-tick", time.Second, "how often idle sandboxes are checked for sleepAfter")
 	f.DurationVar(&cfg.JournalRetention, "journal-retention", 30*24*time.Hour, "how long journal entries (and idempotent replays) are kept")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "operator policy file (YAML: image allowlist, per-tenant limits); check it with 'berth policy check'")
-	f.StringVar(&cfg.Blobs.S3Endpoint, "s3-endpoint", "", "S3-compatible endpoint for snapshots and backups (host:port or URL); default: a local dir under --data")
+	f.StringVar(&cfg.Blobs.S3Endpoint, "s3-endpoint", "", "S3-compatible endpoint for snapshots, backups and (see --s3-images) the images nodes share (host:port or URL); default: a local dir under --data")
 	f.StringVar(&cfg.Blobs.S3Bucket, "s3-bucket", "berth", "S3 bucket")
+	f.BoolVar(&s3Images, "s3-images", true, "with --s3-endpoint: publish every image built, pulled or imported here to S3 (images/ in the bucket) and fetch from there, verified by digest, the images a start needs that this node lacks")
 	f.StringVar(&cfg.Blobs.S3Region, "s3-region", "us-east-1", "S3 region")
 	f.StringVar(&cfg.Blobs.S3Prefix, "s3-prefix", "", "key prefix inside the bucket (ends in /)")
 	f.Uint16Var(&cfg.Egress.ProxyPort, "egress-proxy-port", 3129, "port on the bridge address where the egress proxy takes sandboxes' TCP")
@@ -66,5 +101,19 @@ Examples:
 	f.StringVar(&cfg.Runsc, "runsc", "", "gVisor runtime for isolation \"gvisor\" (default: runsc beside berth, then $PATH)")
 	f.StringVar(&cfg.DefaultIsolation, "default-isolation", "runc", "isolation for sandboxes whose create request names none: runc or gvisor")
 	f.Uint32Var(&cfg.UserNSBase, "userns-base", 1<<28, "first host uid/gid of sandbox user namespaces; each sandbox gets its own 65536 ids from here (daemons sharing a host need disjoint bases)")
+	f.IntVar(&cfg.MaxConns, "max-conns", 16384, "most open connections to the API (and, separately, to the preview listener); more are answered 503 and closed")
+	f.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 1024, "most open connections from one client address; more are answered 429 and closed")
+	f.StringVar(&cfg.Node.Listen, "node-listen", "", "address for the node API (this machine's node for other berth processes, under the cluster credential); default: not served")
+	f.StringVar(&cfg.Node.TokenFile, "cluster-token-file", "", "file holding the cluster credential of the node API, not the user API key (default <data>/cluster-token, made with mode 0600 when absent)")
+	f.StringVar(&cfg.Node.TLSCert, "node-tls-cert", "", "PEM certificate the node API is served with (with --node-tls-key)")
+	f.StringVar(&cfg.Node.TLSKey, "node-tls-key", "", "PEM key of --node-tls-cert")
+	f.StringVar(&cfg.Node.CA, "node-ca", "", "PEM roots other nodes' certificates are verified against when this process calls their node API (default: the system's roots)")
+	f.BoolVar(&cfg.Node.Insecure, "node-insecure", false, "allow the node API in plain HTTP beyond loopback (a trusted network, or TLS ended in front of berth)")
+	f.StringVar(&cfg.RequestLog, "request-log", "all", "request log lines on stderr (method, route, status, duration, sandbox, tenant, request id): all, errors or off")
+	f.StringVar(&cfg.Member.Name, "node-name", "", "this node's name in its cluster (default: the host name, lower-cased)")
+	f.StringVar(&cfg.Member.Role, "role", "all", "roles recorded in this node's entry: all, control or node (recorded only: every process still serves both)")
+	f.StringArrayVar(&cfg.Member.Labels, "node-label", nil, "label KEY=VALUE on this node for placement constraints (repeatable; the sandbox label rule)")
+	f.DurationVar(&cfg.Member.Beat, "node-heartbeat", 2*time.Second, "how often this node rewrites its entry; must be under half of --node-stale")
+	f.DurationVar(&cfg.Member.Stale, "node-stale", 10*time.Second, "a node whose last heartbeat is older than this is stale: it takes no new sandboxes")
 	return cmd
 }

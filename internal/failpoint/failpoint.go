@@ -1,3 +1,5 @@
+//go:build berthtest
+
 package failpoint
 
 import (
@@ -7,6 +9,10 @@ import (
 	"sync"
 	"syscall"
 )
+
+// Enabled reports whether this build carries failpoints (the berthtest
+// build tag). Tests that need one skip without it.
+const Enabled = true
 
 var (
 	once   sync.Once

@@ -2,6 +2,7 @@ package testdaemon
 
 import (
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -9,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,6 +32,13 @@ type Options struct {
 	Args       []string // more serve flags
 	Env        []string // the whole environment; nil: this process's
 	Log        string   // file the daemon's output is appended to
+	// Netns, when set, runs the daemon in that named network namespace
+	// (/run/netns/NAME, entered with nsenter: only the network namespace
+	// changes, unlike ip netns exec, which remounts /sys and hides the
+	// cgroup hierarchy). Listen and PreviewListen then name addresses in
+	// it; without Netns they default to free loopback ports.
+	Netns                 string
+	Listen, PreviewListen string
 }
 
 // Daemon is one running `berth serve`.
@@ -51,13 +61,23 @@ func Start(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{Listen: FreePort(), PreviewListen: FreePort(), Log: o.Log, exited: make(chan struct{}), logf: logf}
+	if o.Listen == "" {
+		o.Listen = FreePort()
+	}
+	if o.PreviewListen == "" {
+		o.PreviewListen = FreePort()
+	}
+	d := &Daemon{Listen: o.Listen, PreviewListen: o.PreviewListen, Log: o.Log, exited: make(chan struct{}), logf: logf}
 	args := []string{"serve", "--listen", d.Listen, "--preview-listen", d.PreviewListen, "--data", o.Data,
 		"--run-dir", o.RunDir, "--bridge", o.Bridge, "--subnet", o.Subnet}
 	if o.UserNSBase != 0 {
 		args = append(args, "--userns-base", strconv.FormatUint(uint64(o.UserNSBase), 10))
 	}
-	cmd := exec.Command(filepath.Join(o.Bin, "berth"), append(args, o.Args...)...)
+	args = append([]string{filepath.Join(o.Bin, "berth")}, append(args, o.Args...)...)
+	if o.Netns != "" {
+		args = append([]string{"nsenter", "--net=/run/netns/" + o.Netns, "--"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = o.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -141,4 +161,22 @@ func EnsureBase(c *client.Client, logf func(format string, args ...any)) error {
 	})
 	logf("build-base took %s", time.Since(t0).Round(time.Second))
 	return err
+}
+
+// CheckTestBuild reports an error unless the berth binary in dir was built
+// with the berthtest tag: only such a build honours BERTH_TEST_WEAKEN and
+// BERTH_FAILPOINTS, and a suite whose negative controls ran against a
+// release build would pass without testing anything.
+func CheckTestBuild(dir string) error {
+	path := filepath.Join(dir, "berth")
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read build info of %s: %w", path, err)
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "berthtest") {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s was built without -tags berthtest, so its test switches and failpoints are absent; build it with BERTH_BUILD_TAGS=berthtest scripts/build.sh", path)
 }

@@ -54,7 +54,7 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (store.Snapshot, err
 	}
 	var sn store.Snapshot
 	if err := json.Unmarshal([]byte(doc), &sn); err != nil {
-		return sn, errdefs.Internal("corrupt snapshot record %s: %v", id, err)
+		return sn, errdefs.Internal("corrupt snapshot record %s: %w", id, err)
 	}
 	sn.ExpiresAt = time.UnixMilli(exp).UTC()
 	return sn, nil
@@ -75,7 +75,7 @@ func (s *Store) querySnapshots(ctx context.Context, q string, args ...any) ([]st
 		}
 		var sn store.Snapshot
 		if err := json.Unmarshal([]byte(doc), &sn); err != nil {
-			return nil, errdefs.Internal("corrupt snapshot record: %v", err)
+			return nil, errdefs.Internal("corrupt snapshot record: %w", err)
 		}
 		sn.ExpiresAt = time.UnixMilli(exp).UTC()
 		out = append(out, sn)
@@ -123,7 +123,7 @@ func (s *Store) GetBackup(ctx context.Context, id string) (store.Backup, error) 
 	var doc string
 	var exp int64
 	err := s.db.QueryRowContext(ctx, `SELECT doc, expires_at FROM backups WHERE id = ?`, id).Scan(&doc, &exp)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && exp <= time.Now().UnixMilli()) {
+	if errors.Is(err, sql.ErrNoRows) {
 		return store.Backup{}, errdefs.NotFound("backup %s not found", id)
 	}
 	if err != nil {
@@ -131,7 +131,10 @@ func (s *Store) GetBackup(ctx context.Context, id string) (store.Backup, error) 
 	}
 	var b store.Backup
 	if err := json.Unmarshal([]byte(doc), &b); err != nil {
-		return b, errdefs.Internal("corrupt backup record %s: %v", id, err)
+		return b, errdefs.Internal("corrupt backup record %s: %w", id, err)
+	}
+	if exp <= time.Now().UnixMilli() {
+		return b, errdefs.Expired("backup %s expired at %s", id, time.UnixMilli(exp).UTC().Format(time.RFC3339))
 	}
 	return b, nil
 }
@@ -151,7 +154,7 @@ func (s *Store) ListBackups(ctx context.Context, sandbox string) ([]store.Backup
 		}
 		var b store.Backup
 		if err := json.Unmarshal([]byte(doc), &b); err != nil {
-			return nil, errdefs.Internal("corrupt backup record: %v", err)
+			return nil, errdefs.Internal("corrupt backup record: %w", err)
 		}
 		out = append(out, b)
 	}

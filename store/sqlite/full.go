@@ -47,7 +47,19 @@ func classify(err error) error {
 	}
 	var se *sqlite.Error
 	if (errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL) || errors.Is(err, syscall.ENOSPC) {
-		return errdefs.ResourceExhausted("state store: the disk is full (%v); free space on the data directory's filesystem and retry", err)
+		return errdefs.NoSpace("state store: the disk is full (%w); free space on the data directory's filesystem and retry", err)
 	}
 	return err
+}
+
+// isDuplicate reports whether err is SQLite refusing a row whose UNIQUE or
+// PRIMARY KEY column is already taken (the driver reports extended result
+// codes, so the constraint's own code is there to compare).
+func isDuplicate(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code()
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }

@@ -35,6 +35,25 @@ ALTER TABLE journal ADD COLUMN error TEXT NOT NULL DEFAULT '';
 ALTER TABLE journal ADD COLUMN finished INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS journal_at ON journal(at);
 `,
+	// 2: cluster membership and leases (store.Cluster). On one host there
+	// is one node entry and leases never contend, but the semantics are
+	// the PostgreSQL store's, so code written against them runs on both.
+	`
+CREATE TABLE IF NOT EXISTS nodes (
+	name       TEXT PRIMARY KEY,
+	epoch      INTEGER NOT NULL,
+	started_at INTEGER NOT NULL, -- unix ms
+	heartbeat  INTEGER NOT NULL, -- unix ms, the store's clock
+	draining   INTEGER NOT NULL DEFAULT 0,
+	doc        TEXT NOT NULL     -- the rest of store.Node as JSON
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases (
+	key     TEXT PRIMARY KEY,
+	holder  TEXT NOT NULL,       -- '' once released (the epoch stays)
+	epoch   INTEGER NOT NULL,
+	expires INTEGER NOT NULL     -- unix ms, the store's clock
+) WITHOUT ROWID;
+`,
 }
 
 // migrate runs the migrations the database has not seen, each in its own

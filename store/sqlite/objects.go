@@ -222,7 +222,7 @@ func (s *Store) Begin(ctx context.Context, e store.JournalEntry) (store.JournalE
 		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
 		e.Sandbox, e.Op, key, e.Detail, e.At.UnixMilli(), e.Args, e.Status, e.Result, e.Error, ms(e.Finished)).Scan(&e.Seq)
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
+		if isDuplicate(err) {
 			prev, gerr := s.JournalByKey(ctx, e.Key)
 			if gerr != nil {
 				return e, gerr

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -72,14 +71,8 @@ func ms(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-func decode(doc string, version int64) (store.Sandbox, error) {
-	var sb store.Sandbox
-	if err := json.Unmarshal([]byte(doc), &sb); err != nil {
-		return sb, errdefs.Internal("corrupt sandbox record: %v", err)
-	}
-	sb.Version = version
-	return sb, nil
-}
+// decode is store.DecodeSandbox: the record format both stores share.
+var decode = store.DecodeSandbox
 
 func (s *Store) Get(ctx context.Context, name string) (store.Sandbox, error) {
 	var doc string
@@ -136,7 +129,7 @@ func (s *Store) Put(ctx context.Context, sb store.Sandbox) (int64, error) {
 			`INSERT INTO sandboxes(name, state, sleep_at, version, doc) VALUES(?, ?, ?, ?, ?)`,
 			sb.Name, sb.State, ms(sb.SleepAt), sb.Version, string(doc))
 		if err != nil {
-			if strings.Contains(err.Error(), "UNIQUE") || strings.Contains(err.Error(), "PRIMARY KEY") {
+			if isDuplicate(err) {
 				return 0, errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
 			}
 			return 0, fmt.Errorf("insert sandbox %q: %w", sb.Name, err)
@@ -173,7 +166,7 @@ func (s *Store) Append(ctx context.Context, e store.JournalEntry) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO journal(sandbox, op, key, detail, at) VALUES(?, ?, ?, ?, ?)`,
 		e.Sandbox, e.Op, key, e.Detail, e.At.UnixMilli())
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
+		if isDuplicate(err) {
 			return errdefs.AlreadyExists("journal key %q already recorded", e.Key)
 		}
 		return fmt.Errorf("append journal: %w", err)

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,8 +90,8 @@ func runArtifacts(t *testing.T, open func(t *testing.T) store.Store) {
 		if err != nil || b.Dir != "/home/user/x" {
 			t.Fatalf("get: %+v %v", b, err)
 		}
-		if _, err := s.GetBackup(ctx, "b2"); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Fatalf("expired backup: %v", err)
+		if b, err := s.GetBackup(ctx, "b2"); !errors.Is(err, errdefs.ErrExpired) || b.Sandbox != "c" || !strings.Contains(err.Error(), "expired at") {
+			t.Fatalf("expired backup: %+v %v", b, err)
 		}
 		list, _ := s.ListBackups(ctx, "")
 		if len(list) != 1 || list[0].ID != "b1" {

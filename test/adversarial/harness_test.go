@@ -72,6 +72,11 @@ func runMain(m *testing.M) int {
 	if binDir == "" {
 		binDir, _ = filepath.Abs("../../bin")
 	}
+	// The negative controls need a berthtest build (weaken switches).
+	if err := testdaemon.CheckTestBuild(binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	// BERTH_ADV_ISOLATION=gvisor runs every sandbox under that isolation
 	// (scripts/test.sh runs a subset so); a daemon without the flag skips.
 	if isolation = os.Getenv("BERTH_ADV_ISOLATION"); isolation != "" {

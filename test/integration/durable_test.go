@@ -118,7 +118,7 @@ func launchProgram(t *testing.T, bin string, pre, env []string, extra ...string)
 // container, restore, find the file.
 func TestAgentWorkspaceExample(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "agent-workspace")
-	build := exec.Command("go", "build", "-o", bin, "./examples/agent-workspace")
+	build := exec.Command("go", "build", "-tags", "berthtest", "-o", bin, "./examples/agent-workspace")
 	build.Dir = "../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build example: %v\n%s", err, out)
@@ -340,16 +340,8 @@ func TestPolicyOnDaemon(t *testing.T) {
 // start-while-running, image XOR snapshot, inactivity timeout observed by
 // Monitor, Signal, Images and Destroy.
 func TestContainerAPI(t *testing.T) {
-	bin := buildProbe(t)
-	d.stop()
-	pr := startProgram(t, bin, nil, "--agent", filepath.Join(binDir, "berth-agent"))
-	t.Cleanup(func() {
-		pr.stop()
-		var err error
-		if d, err = startDaemon(nil); err != nil {
-			t.Fatalf("restart the suite daemon: %v", err)
-		}
-	})
+	pr, bin := startProbeProgram(t)
+	t.Cleanup(func() { pr.stop() }) // the program running at the end
 	ctx := context.Background()
 	c := pr.c
 	id := fmt.Sprintf("it-probe-%d", time.Now().UnixNano()%1e6)
@@ -446,12 +438,15 @@ func TestContainerAPI(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	escalated := watchAgentLog(ctx, c, name, "did not end")
 	t0 = time.Now()
-	if err := call("Signal", map[string]int{"Signal": 1}, nil); err != nil {
-		t.Fatalf("SIGHUP to the entrypoint: %v", err)
+	err := call("Signal", map[string]int{"Signal": 1}, nil)
+	why := escalated()
+	if err != nil {
+		t.Fatalf("SIGHUP to the entrypoint: %v%s", err, why)
 	}
 	if err := call("Monitor", nil, &info); err != nil || info.ExitCode != 129 || info.Reason != "sleeping" {
-		t.Fatalf("monitor (entrypoint hung up): %+v %v (%s after the signal)", info, err, time.Since(t0).Round(time.Millisecond))
+		t.Fatalf("monitor (entrypoint hung up): %+v %v (%s after the signal)%s", info, err, time.Since(t0).Round(time.Millisecond), why)
 	}
 	if err := call("Start", map[string]any{"image": "debian-trixie", "entrypoint": []string{"sh", "-c", "exit 7"}}, nil); err != nil {
 		t.Fatal(err)
@@ -474,10 +469,66 @@ func TestContainerAPI(t *testing.T) {
 	}
 }
 
+// watchAgentLog collects, until the returned stop is called, the lines of
+// sandbox name's host-side agent.log that contain substr (the agent logs
+// why a kill had to escalate to SIGKILL), for a failure message. The file
+// goes with the sandbox's run directory when it sleeps, so it is read
+// while the sandbox still runs.
+func watchAgentLog(ctx context.Context, c *client.Client, name, substr string) (stop func() string) {
+	sb, err := c.Get(ctx, name)
+	if err != nil {
+		return func() string { return fmt.Sprintf("\n(agent.log: %v)", err) }
+	}
+	path := filepath.Join(itRunDir, "sandboxes", sb.ID, "bundle", "agent.log")
+	done, res := make(chan struct{}), make(chan string, 1)
+	go func() {
+		seen := map[string]bool{}
+		var out strings.Builder
+		grab := func() {
+			data, _ := os.ReadFile(path)
+			for _, l := range strings.Split(string(data), "\n") {
+				if strings.Contains(l, substr) && !seen[l] {
+					seen[l] = true
+					out.WriteString("\nagent.log: " + l)
+				}
+			}
+		}
+		for {
+			grab()
+			select {
+			case <-done:
+				grab()
+				res <- out.String()
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() string { close(done); return <-res }
+}
+
+// startProbeProgram replaces the suite daemon, for the rest of t, with a
+// daemon program serving the probe class (testdata/probe) on the real
+// runtime. The caller stops the program (it may restart it meanwhile);
+// the suite daemon is started again after that. bin is the probe program,
+// to start it again.
+func startProbeProgram(t *testing.T) (pr *daemonProc, bin string) {
+	t.Helper()
+	bin = buildProbe(t)
+	d.stop()
+	t.Cleanup(func() {
+		var err error
+		if d, err = startDaemon(nil); err != nil {
+			t.Fatalf("restart the suite daemon: %v", err)
+		}
+	})
+	return startProgram(t, bin, nil, "--agent", filepath.Join(binDir, "berth-agent")), bin
+}
+
 func buildProbe(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "probe")
-	build := exec.Command("go", "build", "-o", bin, "./test/integration/testdata/probe")
+	build := exec.Command("go", "build", "-tags", "berthtest", "-o", bin, "./test/integration/testdata/probe")
 	build.Dir = "../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build probe: %v\n%s", err, out)

@@ -64,6 +64,11 @@ func TestMain(m *testing.M) {
 	if binDir == "" {
 		binDir, _ = filepath.Abs("../../bin")
 	}
+	// Failpoint and weakened-daemon tests need a berthtest build.
+	if err := testdaemon.CheckTestBuild(binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	// The data dir is kept between runs so the base image is built once
 	// per machine; sandboxes from an earlier run are destroyed below.
 	dataDir = os.Getenv("BERTH_IT_DATA")

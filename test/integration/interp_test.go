@@ -82,8 +82,20 @@ print("plotted")`)
 	if err != nil {
 		t.Fatalf("chart is not a PNG: %v", err)
 	}
-	if b := img.Bounds(); b.Dx() != 200 || b.Dy() != 150 {
-		t.Fatalf("chart is %v, want 200x150", b)
+	// IPython's inline backend crops to the drawn area (bbox tight).
+	if b := img.Bounds(); b.Dx() < 100 || b.Dx() > 200 || b.Dy() < 75 || b.Dy() > 150 {
+		t.Fatalf("chart is %v, want about 200x150", b)
+	}
+	var chart struct {
+		Type     string `json:"type"`
+		Elements []struct {
+			Label string  `json:"label"`
+			Value float64 `json:"value"`
+		} `json:"elements"`
+	}
+	if err := json.Unmarshal(res.Results[0].Chart, &chart); err != nil || chart.Type != "bar" || len(chart.Elements) != 2 ||
+		chart.Elements[0].Label != "north" || chart.Elements[0].Value != 0.5 {
+		t.Fatalf("chart data %s (%v)", res.Results[0].Chart, err)
 	}
 	if err := d.c.DeleteCodeContext(ctx, "it-interp", cc.ID); err != nil {
 		t.Fatal(err)
@@ -132,6 +144,16 @@ func TestCodeInterpreterLatencyAndMemory(t *testing.T) {
 		t.Logf("%s: first runCode on a fresh context p50 %s; later runCode(1+1) p50 %s", lang,
 			firsts[len(firsts)/2].Round(time.Microsecond), laters[len(laters)/2].Round(time.Microsecond))
 	}
-	r := run(t, "it-interp-lat", "ps -eo rss=,args= | grep -E '^ *[0-9]+ (python3 -u -c|node -e)' | awk '{print $1, $2}'")
+	r := run(t, "it-interp-lat", "ps -eo rss=,args= | grep -E '^ *[0-9]+ (python3 -u -c|/usr/bin/python3 -m ipykernel_launcher|node -e)' | awk '{print $1, $2, $3, $4}'")
 	t.Logf("idle context RSS (KiB, interpreter):\n%s", r.Stdout)
+}
+
+// TestBaseImagePython: the base image has a `python` command (Debian's
+// python-is-python3) and the IPython kernel python contexts run.
+func TestBaseImagePython(t *testing.T) {
+	sandbox(t, api.CreateSandboxRequest{Name: "it-base-python"})
+	r := run(t, "it-base-python", "python --version && python -c 'import ipykernel, jupyter_client; print(\"kernel ok\")'")
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "Python 3.") || !strings.Contains(r.Stdout, "kernel ok") {
+		t.Fatalf("python in the base image: exit %d, stdout %q, stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+	}
 }

@@ -343,3 +343,29 @@ func TestKill9RestartLeavesNoOrphans(t *testing.T) {
 		t.Fatalf("after destroying everything, resources differ from the start:\nwant %+v\ngot  %+v", before, after)
 	}
 }
+
+// TestFailedCreateFreesTheName (issue 12 D): a create with a missing
+// image answers not found and leaves no record, so a retried create and a
+// get-or-create with a valid image both succeed.
+func TestFailedCreateFreesTheName(t *testing.T) {
+	ctx := context.Background()
+	const name = "it-failed-create"
+	_ = d.c.Destroy(ctx, name)
+	t.Cleanup(func() { _ = d.c.Destroy(context.Background(), name) })
+	if _, err := d.c.Create(ctx, api.CreateSandboxRequest{Name: name, Image: "no-such-image-it"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("create with a missing image: %v", err)
+	}
+	if sb, err := d.c.Get(ctx, name); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("the failed create left a record: %+v %v", sb, err)
+	}
+	if _, _, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name, Image: "no-such-image-it"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("get-or-create with a missing image: %v", err)
+	}
+	sb, created, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: name})
+	if err != nil || !created || sb.State != api.StateRunning {
+		t.Fatalf("get-or-create with a valid image after the failures: %+v created=%v %v", sb, created, err)
+	}
+	if _, err := d.c.Create(ctx, api.CreateSandboxRequest{Name: name}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("strict create of a live name: %v", err)
+	}
+}

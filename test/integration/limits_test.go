@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // A memory hog is OOM-killed inside its own sandbox; the daemon and other
@@ -99,6 +100,14 @@ func TestDiskFillStopsAtLimit(t *testing.T) {
 		t.Fatalf("host free space dropped by %d MiB, more than the 500 MB limit", used>>20)
 	}
 	t.Logf("host free space dropped by %d MiB", used>>20)
+	// A file write into the full disk is resource_exhausted in the agent's
+	// words. The agent reports it as no_space, the kind the E2B face
+	// answers 507; native clients still see resource_exhausted (were the
+	// wire-only code to leak, the client would rebuild ErrNoSpace).
+	err := d.c.WriteFile(context.Background(), "it-disk", "/home/user/more", strings.NewReader(strings.Repeat("x", 4<<20)), 0)
+	if !errdefs.IsKind(err, errdefs.ErrResourceExhausted) || errdefs.IsKind(err, errdefs.ErrNoSpace) || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("writing a file into the full disk: %v (code %s), want resource_exhausted saying no space left", err, errdefs.WireCode(err))
+	}
 	// The sandbox recovers once the file is gone.
 	if r := run(t, "it-disk", "rm /home/user/fill && echo ok > /home/user/after && cat /home/user/after"); r.Stdout != "ok\n" {
 		t.Fatalf("after freeing space: %+v", r)

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 func get(t *testing.T, rawURL string, header http.Header) (int, string) {
@@ -111,5 +113,65 @@ func TestPreviewURLs(t *testing.T) {
 	}
 	if _, err := d.c.Get(ctx, "it-preview"); err == nil {
 		t.Fatal("preview request recreated a destroyed sandbox")
+	}
+}
+
+// TestPreviewStableToken (issue 12 item 14): a caller-chosen token gives
+// a URL that is stale while the sandbox sleeps and the same again once
+// the port is exposed in the new run; a second sandbox with the same
+// token gets its own URL; a bad token is a 400 that names the rule.
+func TestPreviewStableToken(t *testing.T) {
+	ctx := context.Background()
+	const tk = "itstable0token"
+	serve := func(name, text string) {
+		run(t, name, "mkdir -p /home/user/site && echo "+text+" > /home/user/site/index.html && cd /home/user/site && (nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)")
+		deadline := time.Now().Add(20 * time.Second)
+		for run(t, name, "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\" 2>/dev/null").Stdout != "200\n" {
+			if time.Now().After(deadline) {
+				t.Fatal("http.server did not start")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-tok-a"})
+	sandbox(t, api.CreateSandboxRequest{Name: "it-tok-b"})
+	serve("it-tok-a", "from-a")
+	serve("it-tok-b", "from-b")
+	p, err := d.c.ExposePort(ctx, "it-tok-a", api.ExposePortRequest{Port: 8000, Token: tk})
+	if err != nil || !strings.Contains(p.URL, "8000-it-tok-a-"+tk+".") {
+		t.Fatalf("expose: %+v %v", p, err)
+	}
+	if code, body := get(t, p.URL, nil); code != 200 || !strings.Contains(body, "from-a") {
+		t.Fatalf("stable URL: %d %q", code, body)
+	}
+	pb, err := d.c.ExposePort(ctx, "it-tok-b", api.ExposePortRequest{Port: 8000, Token: tk})
+	if err != nil || pb.URL == p.URL {
+		t.Fatalf("second sandbox, same token: %+v %v", pb, err)
+	}
+	if code, body := get(t, pb.URL, nil); code != 200 || !strings.Contains(body, "from-b") {
+		t.Fatalf("b's URL: %d %q", code, body)
+	}
+	if err := d.c.Sleep(ctx, "it-tok-a"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, p.URL, nil); code != 410 {
+		t.Fatalf("while asleep: %d, want 410", code)
+	}
+	serve("it-tok-a", "from-a-again") // wakes it: a new run
+	if code, _ := get(t, p.URL, nil); code != 410 {
+		t.Fatalf("new run before expose: %d, want 410", code)
+	}
+	p2, err := d.c.ExposePort(ctx, "it-tok-a", api.ExposePortRequest{Port: 8000, Token: tk})
+	if err != nil || p2.URL != p.URL || p2.PathURL != p.PathURL {
+		t.Fatalf("exposed again: %+v, first %+v, %v", p2, p, err)
+	}
+	if code, body := get(t, p.URL, nil); code != 200 || !strings.Contains(body, "from-a-again") {
+		t.Fatalf("same URL in the new run: %d %q", code, body)
+	}
+	for _, bad := range []string{"short", "Has-Upper-1", strings.Repeat("a", 40)} {
+		_, err := d.c.ExposePort(ctx, "it-tok-a", api.ExposePortRequest{Port: 8000, Token: bad})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "8 to 32 characters from [a-z0-9]") {
+			t.Fatalf("token %q: %v", bad, err)
+		}
 	}
 }

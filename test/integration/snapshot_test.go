@@ -4,7 +4,7 @@ package integration
 
 import (
 	"context"
-	"crypto/sha256"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	_ "modernc.org/sqlite" // the daemon's state database, to expire a backup
 )
 
 // workspace makes a node_modules-like tree of files in a sandbox.
@@ -227,6 +228,13 @@ func TestBackupRoundTrip(t *testing.T) {
 	if got := treeSum(t, "it-bk-b", "/home/user/target"); got != want {
 		t.Fatalf("restored tree differs (%+v)", res)
 	}
+	// The record counts what the restore counts (issue 12 item 12).
+	if b.Files != 3 || res.Files != 3 {
+		t.Fatalf("files: backup record %d, restore %d, want 3", b.Files, res.Files)
+	}
+	if list, err := d.c.ListBackups(ctx, "it-bk-a"); err != nil || len(list) != 1 || list[0].Files != 3 {
+		t.Fatalf("listed backup's files: %+v %v", list, err)
+	}
 	if r := run(t, "it-bk-b", "test -e /home/user/target/old.txt && echo stale || echo replaced"); r.Stdout != "replaced\n" {
 		t.Fatalf("restore did not replace the directory: %q", r.Stdout)
 	}
@@ -261,9 +269,6 @@ func TestBackupRoundTrip(t *testing.T) {
 		t.Fatalf("list backups: %+v %v", list, err)
 	}
 }
-
-// sha256Hex is used by callers comparing blobs.
-func sha256Hex(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
 
 var _ = io.EOF
 
@@ -351,5 +356,65 @@ func TestSnapshotFaults(t *testing.T) {
 	}
 	if _, err := d.c.Snapshot(ctx, "it-snapfault", api.SnapshotRequest{Name: "after"}); err != nil {
 		t.Fatalf("next snapshot: %v", err)
+	}
+}
+
+// TestBackupGitignoreFromRepoRoot (issue 12 item 11): a backup of a
+// subdirectory with gitignore applies the repository root's .gitignore
+// (a *.log rule and an anchored sub/build/ rule) and .git/info/exclude.
+func TestBackupGitignoreFromRepoRoot(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-bk-git"})
+	run(t, "it-bk-git", `set -e; cd /home/user && mkdir -p repo/sub/build repo/sub/x/build repo/.git/info && cd repo &&
+		printf '*.log\nsub/build/\n' > .gitignore && echo 'secret*' > .git/info/exclude &&
+		echo a > sub/a.go && echo l > sub/a.log && echo o > sub/build/out.bin && echo k > sub/x/build/keep && echo s > sub/secret.txt`)
+	b, err := d.c.CreateBackup(ctx, "it-bk-git", api.BackupRequest{Dir: "/home/user/repo/sub", Gitignore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.RestoreBackup(ctx, b.ID, api.RestoreBackupRequest{Sandbox: "it-bk-git", Dir: "/home/user/restored"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "it-bk-git", "cd /home/user/restored && find . -mindepth 1 | sort | tr '\\n' ' '"); r.Stdout != "./a.go ./x ./x/build ./x/build/keep " {
+		t.Fatalf("restored: %q", r.Stdout)
+	}
+	if b.Files != 2 {
+		t.Fatalf("backup files %d, want 2", b.Files)
+	}
+}
+
+// TestRestoreExpiredBackup (issue 12 item 13): restoring a backup past
+// its TTL is "expired" (410) and says when, not "not found"; it is still
+// deletable. The test moves the backup's expiry into the past in the
+// daemon's state database (the shortest TTL is a minute).
+func TestRestoreExpiredBackup(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-bk-exp"})
+	run(t, "it-bk-exp", "mkdir -p /home/user/d && echo x > /home/user/d/f")
+	b, err := d.c.CreateBackup(ctx, "it-bk-exp", api.BackupRequest{Dir: "/home/user/d", TTL: "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dataDir, "state.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exp := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	if _, err := db.ExecContext(ctx, `UPDATE backups SET expires_at = ? WHERE id = ?`, exp.UnixMilli(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.c.RestoreBackup(ctx, b.ID, api.RestoreBackupRequest{Sandbox: "it-bk-exp", Dir: "/home/user/r"})
+	if !errors.Is(err, errdefs.ErrExpired) || !strings.Contains(err.Error(), "expired at "+exp.Format(time.RFC3339)) {
+		t.Fatalf("restore of an expired backup: %v", err)
+	}
+	if list, err := d.c.ListBackups(ctx, "it-bk-exp"); err != nil || len(list) != 0 {
+		t.Fatalf("listed an expired backup: %+v %v", list, err)
+	}
+	if err := d.c.DeleteBackup(ctx, b.ID); err != nil {
+		t.Fatalf("delete an expired backup: %v", err)
+	}
+	if _, err := d.c.RestoreBackup(ctx, b.ID, api.RestoreBackupRequest{Sandbox: "it-bk-exp"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
 	}
 }

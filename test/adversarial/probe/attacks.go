@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -34,7 +36,17 @@ func fdList([]string) any {
 			fds["error"] = errStr(err)
 		}
 		for _, f := range fdEnts {
-			fds[f.Name()], _ = os.Readlink("/proc/" + e.Name() + "/fd/" + f.Name())
+			target, err := os.Readlink("/proc/" + e.Name() + "/fd/" + f.Name())
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				// Closed between the listing and the readlink: the agent
+				// closes its copies of the probe's own pipe ends only once
+				// the probe runs. A closed fd is no leak.
+				continue
+			case err != nil:
+				target = "readlink: " + errStr(err) // not allowlisted: counts
+			}
+			fds[f.Name()] = target
 		}
 		procs[e.Name()] = map[string]any{"comm": strings.TrimSpace(string(comm)), "fds": fds}
 	}

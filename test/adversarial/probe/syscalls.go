@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -15,7 +18,12 @@ import (
 func int80(nr uintptr) uintptr
 
 // int80Raw makes i386 getpid through int 0x80; the filter should kill it.
+// It names the thread that makes the call on stderr first: the main
+// goroutine need not run on the thread-group leader, so the parent judges
+// that thread, not the process.
 func int80Raw() map[string]string {
+	runtime.LockOSThread()
+	fmt.Fprintf(os.Stderr, "tid %d\n", unix.Gettid())
 	r := int80(20)
 	return map[string]string{"int80": fmt.Sprint(int(int32(r)))}
 }
@@ -100,35 +108,68 @@ func syscalls() map[string]string {
 }
 
 // int80Child makes an i386-ABI syscall in a child. The filter's bad-arch
-// action kills the thread with SIGSYS; in a Go process the other threads
-// may live on, so a child whose main thread is a zombie counts as killed.
+// action kills the calling thread with SIGSYS; in a Go process the other
+// threads may live on, so a child whose calling thread is gone (or a
+// zombie) counts as killed.
 func int80Child() string {
 	c := exec.Command("/proc/self/exe", "int80")
-	var buf strings.Builder
-	c.Stdout = &buf
+	errs, err := c.StderrPipe()
+	if err != nil {
+		return errStr(err)
+	}
 	if err := c.Start(); err != nil {
 		return errStr(err)
 	}
+	// The tid line is read before Wait, which closes the pipe.
+	var tid int
+	named := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
-	select {
-	case err := <-done:
-		if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed:" + unix.SignalName(ws.Signal())
+	go func() {
+		fmt.Fscanf(errs, "tid %d\n", &tid)
+		close(named)
+		done <- c.Wait()
+	}()
+	// A killed thread leaves the process running: poll the named thread.
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				return "killed:" + unix.SignalName(ws.Signal())
+			}
+			if err != nil {
+				return errStr(err)
+			}
+			return "ran"
+		case <-tick.C:
+			select {
+			case <-named:
+			default:
+				continue // not yet at the call
+			}
+			if tid > 0 && threadEnded(c.Process.Pid, tid) {
+				c.Process.Kill()
+				<-done
+				return "killed:thread"
+			}
+		case <-deadline:
+			c.Process.Kill()
+			<-done
+			return "hung"
 		}
-		if err != nil {
-			return errStr(err)
-		}
-		return "ran"
-	case <-time.After(2 * time.Second):
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
-		c.Process.Kill()
-		<-done
-		if _, rest, ok := strings.Cut(string(st), ") "); ok && strings.HasPrefix(rest, "Z") {
-			return "killed:thread"
-		}
-		return "hung"
 	}
+}
+
+// threadEnded reports whether thread tid of pid is gone or a zombie.
+func threadEnded(pid, tid int) bool {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	_, rest, ok := strings.Cut(string(st), ") ")
+	return ok && strings.HasPrefix(rest, "Z")
 }
 
 // rawSock tries raw and packet sockets (checklist #25: no CAP_NET_RAW).

@@ -116,3 +116,75 @@ test('signed URLs upload and download without the access token', async () => {
   const bare = await fetch(down.replace(/&?signature=[^&]*/, ''), { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' } })
   assert.equal(bare.status, 401)
 })
+
+// issue 12, item 1: a write to an existing file is a write (same inode,
+// mode and owner), and a watcher sees create for a new file, write for an
+// existing one, never a temp name or a rename.
+test('write keeps the inode, mode and owner; watchers see create then write', async () => {
+  await sbx.commands.run('mkdir -p /home/user/w1 && printf "#!/bin/sh\\necho v1\\n" > /home/user/w1/run.sh && chmod 755 /home/user/w1/run.sh')
+  const before = (await sbx.commands.run('stat -c "%i %a %U" /home/user/w1/run.sh')).stdout.trim()
+  const events = []
+  const h = await sbx.files.watchDir('/home/user/w1', (e) => events.push(e))
+  await sbx.files.write('/home/user/w1/run.sh', '#!/bin/sh\necho v2\n')
+  await sbx.files.write('/home/user/w1/new.txt', 'fresh')
+  await sbx.files.makeDir('/home/user/w1/mark')
+  const deadline = Date.now() + 10_000
+  while (Date.now() < deadline && !events.some((e) => e.name === 'mark')) {
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await h.stop()
+  const after = (await sbx.commands.run('stat -c "%i %a %U" /home/user/w1/run.sh')).stdout.trim()
+  assert.equal(after, before, 'inode, mode or owner changed')
+  assert.equal((await sbx.commands.run('/home/user/w1/run.sh')).stdout, 'v2\n')
+  const seen = JSON.stringify(events)
+  assert.ok(events.every((e) => ['run.sh', 'new.txt', 'mark'].includes(e.name)), `a name nobody wrote: ${seen}`)
+  assert.ok(!events.some((e) => e.type === FilesystemEventType.RENAME), `a rename: ${seen}`)
+  const of = (n) => new Set(events.filter((e) => e.name === n).map((e) => e.type))
+  assert.ok(of('run.sh').has(FilesystemEventType.WRITE), `no write of run.sh: ${seen}`)
+  assert.ok(!of('run.sh').has(FilesystemEventType.CREATE), `run.sh was re-created: ${seen}`)
+  assert.ok(of('new.txt').has(FilesystemEventType.CREATE), `no create of new.txt: ${seen}`)
+})
+
+// item 2: mode is the permission bits, as envd's (0755 → 493).
+test('mode of a directory and a file is the permission bits', async () => {
+  await sbx.commands.run('mkdir -p /home/user/m2/sub && chmod 755 /home/user/m2/sub && touch /home/user/m2/f && chmod 640 /home/user/m2/f')
+  assert.equal((await sbx.files.getInfo('/home/user/m2/sub')).mode, 493)
+  const list = await sbx.files.list('/home/user/m2')
+  assert.deepEqual(list.map((e) => [e.name, e.mode]), [['f', 0o640], ['sub', 493]])
+})
+
+// item 3: as root, a relative path is in /root.
+test('relative paths as root resolve from /root', async () => {
+  await sbx.files.write('hello.txt', 'as root', { user: 'root' })
+  assert.equal((await sbx.commands.run('cat /root/hello.txt', { user: 'root' })).stdout, 'as root')
+  assert.equal(await sbx.files.exists('/home/user/hello.txt'), false)
+  assert.equal(await sbx.files.read('hello.txt', { user: 'root' }), 'as root')
+  assert.equal((await sbx.files.getInfo('hello.txt', { user: 'root' })).path, '/root/hello.txt')
+  assert.equal((await sbx.files.getInfo('hello.txt', { user: 'root' })).owner, 'root')
+})
+
+// item 4: remove of a missing path succeeds, watchDir on a file is
+// refused, and an empty directory's size is what stat says.
+test('remove missing, watchDir on a file, empty directory size', async () => {
+  await sbx.files.remove('/home/user/never-was-here')
+  await sbx.files.write('/home/user/plain.txt', 'x')
+  await assert.rejects(sbx.files.watchDir('/home/user/plain.txt', () => {}), (e) => e.name === 'InvalidArgumentError')
+  await sbx.files.makeDir('/home/user/emptyd')
+  const want = Number((await sbx.commands.run('stat -c %s /home/user/emptyd')).stdout.trim())
+  assert.equal((await sbx.files.getInfo('/home/user/emptyd')).size, want)
+  assert.equal((await sbx.files.list('/home/user')).find((e) => e.name === 'emptyd').size, want)
+})
+
+// item 5 on the E2B face: a download carries the detected type.
+test('downloads carry a detected Content-Type and the binary flag', async () => {
+  await sbx.files.write('/home/user/t/data.json', '{"a": 1}')
+  await sbx.files.write('/home/user/t/blob', new Uint8Array([0, 1, 2, 3, 255]))
+  const json = await fetch(await sbx.downloadUrl('/home/user/t/data.json'))
+  assert.equal(json.headers.get('content-type'), 'application/json; charset=utf-8')
+  assert.equal(json.headers.get('x-berth-binary'), 'false')
+  assert.equal(await json.text(), '{"a": 1}')
+  const blob = await fetch(await sbx.downloadUrl('/home/user/t/blob'))
+  assert.equal(blob.headers.get('content-type'), 'application/octet-stream')
+  assert.equal(blob.headers.get('x-berth-binary'), 'true')
+  assert.equal((await blob.arrayBuffer()).byteLength, 5)
+})

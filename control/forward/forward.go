@@ -1,0 +1,418 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/reqinfo"
+	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/store"
+)
+
+// DefaultDialTimeout bounds the connection to an owner: a node that does
+// not accept within it is down (OwnerDown decides what then).
+const DefaultDialTimeout = 3 * time.Second
+
+// Records reads sandbox records (store.Store has it).
+type Records interface {
+	Get(ctx context.Context, name string) (store.Sandbox, error)
+}
+
+// Nodes reads node entries (store.Cluster has both methods).
+type Nodes interface {
+	GetNode(ctx context.Context, name string) (store.Node, error)
+	// Now is the store's clock, which node heartbeats are in.
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// Placer chooses the node of a new sandbox (an adapter over
+// control/placement satisfies it). "" or the forwarder's own name places it
+// here. The caller's tenant is in ctx (policy.TenantFrom).
+type Placer interface {
+	Place(ctx context.Context, req api.CreateSandboxRequest) (node string, err error)
+}
+
+// Down describes an owner that cannot be reached.
+type Down struct {
+	Sandbox string
+	Node    string // the owner the record names
+	Cause   error  // what failed: no entry, a stale heartbeat, the connection
+}
+
+// OwnerDown decides what a request for a sandbox whose owner is down gets.
+// local true serves it on this node (a takeover that made this node the
+// owner first); otherwise err is the answer. The default (nil in Config)
+// answers 503 unavailable naming the node.
+type OwnerDown interface {
+	OwnerDown(ctx context.Context, d Down) (local bool, err error)
+}
+
+// OwnerDownFunc adapts a function to OwnerDown.
+type OwnerDownFunc func(ctx context.Context, d Down) (bool, error)
+
+// OwnerDown implements OwnerDown.
+func (f OwnerDownFunc) OwnerDown(ctx context.Context, d Down) (bool, error) { return f(ctx, d) }
+
+// refuseDown is the default OwnerDown: a clear 503 that names the node.
+func refuseDown(_ context.Context, d Down) (bool, error) {
+	return false, errdefs.Wrap(errdefs.ErrUnavailable, d.Cause,
+		"sandbox %q runs on node %q, which cannot be reached (%v); retry later", d.Sandbox, d.Node, d.Cause)
+}
+
+// Face names the handler set a forwarded request is for on the owner.
+type Face string
+
+// The faces Receiver serves.
+const (
+	API     Face = "api"     // the API listener: native API, E2B face, console
+	Preview Face = "preview" // the preview listener
+)
+
+// Route says how a face wants its request forwarded.
+type Route struct {
+	Face Face
+	// KeepAuthorization passes the request's Authorization header to the
+	// owner (it travels in its own header, the cluster credential takes
+	// its place): set it where Authorization is not berth's key (a
+	// preview's or a sandbox app's own). Otherwise it is dropped: it was
+	// the user's key and the entry node already checked it.
+	KeepAuthorization bool
+	// KeyVerified tells the owner the caller presented berth's API key
+	// (a private preview admits it).
+	KeyVerified bool
+}
+
+// Outcome is what Sandbox and Create did.
+type Outcome int
+
+// Outcomes.
+const (
+	// Local: serve the request here (this node owns the sandbox, or
+	// nobody does yet).
+	Local Outcome = iota
+	// Missing: no such sandbox; serve it here (the face answers 404, or
+	// a get-or-create goes to Create).
+	Missing
+	// Proxied: the owner's answer was proxied (or the client left); the
+	// face must not write anything.
+	Proxied
+)
+
+// Config configures New.
+type Config struct {
+	// Self is this node's name (store.Node.Name).
+	Self string
+	// Token is the cluster credential forwarded requests carry.
+	Token   string
+	Records Records
+	Nodes   Nodes
+	// Placer places creates; nil places every create here.
+	Placer Placer
+	// OwnerDown decides for unreachable owners; nil answers 503.
+	OwnerDown OwnerDown
+	// Staleness, when positive, treats an owner whose heartbeat is older
+	// (in the store's clock) as down without dialling it.
+	Staleness time.Duration
+	// Transport carries forwarded requests; nil: a plain HTTP/1.1
+	// transport (Upgrade needs HTTP/1.1) with DialTimeout.
+	Transport   http.RoundTripper
+	DialTimeout time.Duration
+	Logf        func(format string, args ...any)
+}
+
+// Router is what the faces hold (nil on a single host); Forwarder is the
+// implementation.
+type Router interface {
+	Sandbox(w http.ResponseWriter, r *http.Request, name string, rt Route) (Outcome, error)
+	Create(w http.ResponseWriter, r *http.Request, req api.CreateSandboxRequest, rt Route) (Outcome, error)
+}
+
+var _ Router = (*Forwarder)(nil)
+
+// Forwarder is the entry side (see the package documentation).
+type Forwarder struct {
+	c  Config
+	rp *httputil.ReverseProxy
+}
+
+// New returns a Forwarder.
+func New(c Config) *Forwarder {
+	if c.OwnerDown == nil {
+		c.OwnerDown = OwnerDownFunc(refuseDown)
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	if c.Transport == nil {
+		c.Transport = &http.Transport{
+			// Proxy is nil: HTTP_PROXY in the daemon's environment must
+			// never carry node-to-node traffic.
+			DialContext:           (&net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true, // pass encodings through untouched
+		}
+	}
+	f := &Forwarder{c: c}
+	f.rp = &httputil.ReverseProxy{
+		Rewrite:        f.rewrite,
+		Transport:      c.Transport,
+		FlushInterval:  -1, // flush every write: exec output and SSE must not wait in a buffer
+		ModifyResponse: f.modifyResponse,
+		ErrorHandler:   f.proxyError,
+		ErrorLog:       log.New(logfWriter(c.Logf), "forward: ", 0),
+		BufferPool:     bufPool{},
+	}
+	return f
+}
+
+// bufPool reuses the proxy's copy buffers (32 KiB each): without it every
+// forwarded response allocates one.
+type bufPool struct{}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufPool) Get() []byte  { return *copyBufs.Get().(*[]byte) }
+func (bufPool) Put(b []byte) { copyBufs.Put(&b) }
+
+// Self is the node's own name.
+func (f *Forwarder) Self() string { return f.c.Self }
+
+// Sandbox routes a request for sandbox name (validated by the caller). It
+// reads the record on every call; see Outcome for what the face does next.
+// An error is the face's to answer (in its own format); nothing was
+// written.
+func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string, rt Route) (Outcome, error) {
+	ctx := r.Context()
+	rec, err := f.c.Records.Get(ctx, name)
+	if err != nil {
+		if errdefs.IsKind(err, errdefs.ErrNotFound) {
+			return Missing, nil
+		}
+		return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
+	}
+	owner := rec.Owner
+	if owner == "" || owner == f.c.Self {
+		return Local, nil
+	}
+	if id, ok := From(ctx); ok {
+		// A forwarded request is served here or refused, never sent on:
+		// the sandbox moved while it was in flight.
+		return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
+	}
+	n, down := f.node(ctx, owner)
+	if down != nil {
+		local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
+		if local && err == nil {
+			return Local, nil
+		}
+		return Local, err
+	}
+	return f.proxy(w, r, name, n, rt, true)
+}
+
+// Create routes a create: the Placer's node gets it unless that is this
+// node. A create that was forwarded here is created here (it was placed).
+// The face must have left r.Body readable from the start (it buffered the
+// bounded JSON body to parse req).
+func (f *Forwarder) Create(w http.ResponseWriter, r *http.Request, req api.CreateSandboxRequest, rt Route) (Outcome, error) {
+	ctx := r.Context()
+	if f.c.Placer == nil || Forwarded(ctx) {
+		return Local, nil
+	}
+	node, err := f.c.Placer.Place(ctx, req)
+	if err != nil {
+		return Local, err
+	}
+	if node == "" || node == f.c.Self {
+		return Local, nil
+	}
+	n, down := f.node(ctx, node)
+	if down != nil {
+		return Local, errdefs.Wrap(errdefs.ErrUnavailable, down, "placement chose node %q for the new sandbox, which cannot be reached (%v); retry", node, down)
+	}
+	return f.proxy(w, r, req.Name, n, rt, false)
+}
+
+// node returns the owner's entry, or why it counts as down.
+func (f *Forwarder) node(ctx context.Context, name string) (store.Node, error) {
+	n, err := f.c.Nodes.GetNode(ctx, name)
+	if err != nil {
+		if errdefs.IsKind(err, errdefs.ErrNotFound) {
+			return store.Node{}, errdefs.Wrap(errdefs.ErrUnavailable, err, "the node has no entry in the cluster")
+		}
+		return store.Node{}, errdefs.Wrap(errdefs.ErrUnavailable, err, "read its node entry: %v", err)
+	}
+	if n.Addr == "" {
+		return store.Node{}, errdefs.Unavailable("its node entry has no address")
+	}
+	if f.c.Staleness > 0 {
+		now, err := f.c.Nodes.Now(ctx)
+		if err != nil {
+			return store.Node{}, errdefs.Wrap(errdefs.ErrUnavailable, err, "read the store's clock: %v", err)
+		}
+		if age := now.Sub(n.Heartbeat); age > f.c.Staleness {
+			return store.Node{}, errdefs.Unavailable("its last heartbeat is %s old", age.Round(time.Second))
+		}
+	}
+	return n, nil
+}
+
+// state is one forwarded request's, from Sandbox to the proxy's hooks.
+type state struct {
+	base    *url.URL
+	node    string
+	sandbox string
+	rt      Route
+	body    *trackedBody
+	err     error // the proxy failed before any answer was written
+}
+
+type stateKey struct{}
+
+func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned bool) (Outcome, error) {
+	base, err := url.Parse(n.Addr)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return Local, errdefs.Unavailable("node %q has a bad address %q in its entry", n.Name, n.Addr)
+	}
+	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt}
+	in := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	if r.Body != nil && r.Body != http.NoBody {
+		st.body = &trackedBody{rc: r.Body}
+		in.Body = st.body
+	}
+	f.rp.ServeHTTP(w, in)
+	if st.err == nil {
+		return Proxied, nil
+	}
+	if r.Context().Err() != nil {
+		return Proxied, nil // the client left; nobody to answer
+	}
+	if !owned {
+		return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q, chosen for the new sandbox, cannot be reached (%v); retry", n.Name, st.err)
+	}
+	local, err := f.c.OwnerDown.OwnerDown(r.Context(), Down{Sandbox: sandbox, Node: n.Name, Cause: st.err})
+	if local && err == nil {
+		if st.body != nil && st.body.read {
+			// The owner took part of the body; it cannot be served again.
+			return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q failed while reading the request (%v); retry", n.Name, st.err)
+		}
+		if st.body != nil {
+			r.Body = st.body.rc
+		}
+		return Local, nil
+	}
+	return Local, err
+}
+
+func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
+	st := pr.In.Context().Value(stateKey{}).(*state)
+	out, in := pr.Out, pr.In
+	prefix := strings.TrimSuffix(st.base.Path, "/") + Prefix + "/" + string(st.rt.Face)
+	out.URL.Scheme, out.URL.Host = st.base.Scheme, st.base.Host
+	out.URL.Path = prefix + in.URL.Path
+	out.URL.RawPath = prefix + in.URL.EscapedPath()
+	out.Host = ""
+	h := out.Header
+	StripHeaders(h)
+	auth := h.Get("Authorization")
+	h.Set(HeaderCaller, Fingerprint(auth))
+	h.Del("Authorization")
+	h.Del("X-Api-Key") // the E2B face's user key: checked at the entry
+	if st.rt.KeepAuthorization && auth != "" {
+		h.Set(headerAuthorization, auth)
+	}
+	h.Set("Authorization", "Bearer "+f.c.Token)
+	h.Set(HeaderHop, "1")
+	h.Set(headerEntry, f.c.Self)
+	h.Set(HeaderOwner, st.node)
+	h.Set(HeaderHost, in.Host)
+	if in.RemoteAddr != "" {
+		h.Set(HeaderClient, in.RemoteAddr)
+	}
+	if t := policy.TenantFrom(in.Context()); t != "" {
+		h.Set(HeaderTenant, t)
+	}
+	if st.rt.KeyVerified {
+		h.Set(HeaderKey, "1")
+	}
+	if id := reqinfo.ID(in.Context()); id != "" {
+		h.Set(reqinfo.Header, id)
+	}
+}
+
+// modifyResponse turns the receiver's own refusals (a wrong cluster
+// credential, a bad path: marked with headerRefused) into a proxy error,
+// so the user sees "node X refused", not a 401 that reads as their key.
+func (f *Forwarder) modifyResponse(resp *http.Response) error {
+	if resp.Header.Get(headerRefused) == "" {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	return errRefused{status: resp.StatusCode, body: strings.TrimSpace(string(body))}
+}
+
+type errRefused struct {
+	status int
+	body   string
+}
+
+func (e errRefused) Error() string {
+	return "it refused the forwarded request (" + http.StatusText(e.status) + ": " + e.body + ")"
+}
+
+func (f *Forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	st := r.Context().Value(stateKey{}).(*state)
+	if r.Context().Err() == nil {
+		f.c.Logf("forward %s %s to node %s: %v", r.Method, r.URL.Path, st.node, err)
+	}
+	var ref errRefused
+	if errors.As(err, &ref) {
+		st.err = ref
+		return
+	}
+	st.err = err
+}
+
+// trackedBody records whether the proxy read any of the request body, so
+// that a failed forward is served locally only when nothing was consumed.
+type trackedBody struct {
+	rc   io.ReadCloser
+	read bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.read = true
+	}
+	return n, err
+}
+
+// Close does not close the original body: the face may still serve the
+// request (OwnerDown chose local) and net/http closes it in the end.
+func (b *trackedBody) Close() error { return nil }
+
+type logfWriter func(format string, args ...any)
+
+func (f logfWriter) Write(b []byte) (int, error) {
+	f("%s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}

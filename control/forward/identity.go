@@ -1,0 +1,114 @@
+package forward
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+)
+
+// Prefix is where forwarded requests arrive on the node listener:
+// Prefix+"/api/…" for the API listener's handlers (native and E2B),
+// Prefix+"/preview/…" for the preview listener's.
+const Prefix = "/node/v1/forward"
+
+// The headers a forwarded request carries. They mean something only on the
+// node listener, after Receiver checked the cluster credential; everywhere
+// else they are stripped (StripHeaders).
+const (
+	// HeaderTenant is the caller's tenant as the entry node authenticated
+	// it; absent for the daemon's own API key.
+	HeaderTenant = "X-Berth-Forward-Tenant"
+	// HeaderHost is the Host the client asked for (E2B data-plane and
+	// preview host routing need it).
+	HeaderHost = "X-Berth-Forward-Host"
+	// HeaderKey is "1" when the caller presented berth's API key to a
+	// preview (a private preview admits it); the key itself stays behind.
+	HeaderKey = "X-Berth-Forward-Key"
+	// HeaderClient is the client's address, for the owner's log line.
+	HeaderClient = "X-Berth-Forward-Client"
+	// HeaderHop marks a request as forwarded; a receiver never forwards it
+	// again.
+	HeaderHop = "X-Berth-Forward-Hop"
+	// HeaderOwner names the node the entry believed to be the owner, so
+	// a node that is not answers "moved" with both names.
+	HeaderOwner = "X-Berth-Forward-Owner"
+	// HeaderCaller is Fingerprint of the credential the caller presented
+	// (its key stays at the entry): the idempotency journal scopes keys
+	// by it, so one caller's retry replays through any node and another
+	// caller's same key never does.
+	HeaderCaller = "X-Berth-Forward-Caller"
+
+	// headerEntry names the node the request entered at.
+	headerEntry = "X-Berth-Forward-Entry"
+	// headerAuthorization carries a request's own Authorization (an app's,
+	// Route.KeepAuthorization) while Authorization holds the credential.
+	headerAuthorization = "X-Berth-Forward-Authorization"
+	// headerRefused marks Receiver's own refusals (response header).
+	headerRefused = "X-Berth-Forward-Refused"
+)
+
+// headerPrefix covers every header above, including any a later version
+// adds: all of them are stripped from user requests.
+const headerPrefix = "X-Berth-Forward-"
+
+// StripHeaders removes every forwarding header from h. The user-facing
+// listeners call it on every request: the headers are trusted only from
+// Receiver's context value anyway, but a header that never passes the edge
+// can never reach a handler, a log or a sandbox's own server.
+func StripHeaders(h http.Header) {
+	for k := range h {
+		if len(k) >= len(headerPrefix) && strings.EqualFold(k[:len(headerPrefix)], headerPrefix) {
+			delete(h, k)
+		}
+	}
+}
+
+// Identity is what the entry node verified about a forwarded request's
+// caller. Receiver puts it in the request's context; the faces read it
+// with From instead of authenticating (the caller's key did not travel).
+type Identity struct {
+	// Tenant is the caller's tenant ("" for the daemon's own API key).
+	Tenant string
+	// KeyVerified: the caller presented berth's API key (a preview's
+	// private mode admits it).
+	KeyVerified bool
+	// Entry is the node the request entered the cluster at, as the
+	// request said (for messages and logs).
+	Entry string
+	// Caller is Fingerprint of the caller's Authorization header at the
+	// entry node.
+	Caller string
+}
+
+// Fingerprint names a caller's credential without revealing it: 16 hex
+// digits of the SHA-256 of its Authorization header. The native API's
+// idempotency journal scopes keys by it, on the entry node and (through
+// HeaderCaller) on the owner alike.
+func Fingerprint(authorization string) string {
+	sum := sha256.Sum256([]byte(authorization))
+	return hex.EncodeToString(sum[:8])
+}
+
+type identityKey struct{}
+
+// withIdentity is unexported: only Receiver, after the cluster credential
+// checked out, may vouch for a caller.
+func withIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// From returns the verified identity of a forwarded request; ok is false
+// for every request that did not come through Receiver.
+func From(ctx context.Context) (id Identity, ok bool) {
+	id, ok = ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// Forwarded reports whether the request in ctx was forwarded to this node
+// (it must then be served here or refused, never forwarded again).
+func Forwarded(ctx context.Context) bool {
+	_, ok := From(ctx)
+	return ok
+}

@@ -1,0 +1,253 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/network"
+	"github.com/berth-sh/berth/node"
+	"github.com/berth-sh/berth/node/local"
+	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/preview"
+	"github.com/berth-sh/berth/rootfs"
+	"github.com/berth-sh/berth/runtime"
+	"github.com/berth-sh/berth/snapshot"
+	"github.com/berth-sh/berth/store"
+	"github.com/berth-sh/berth/store/postgres"
+	"github.com/berth-sh/berth/store/sqlite"
+)
+
+// OpenNode builds this machine's node as Run wires it (openNode), without
+// the API faces, the preview server and the durable objects, reconciles it
+// and runs its alarm loop until stop. The node conformance tests drive it
+// in-process and through node/remote. cfg is Run's; it must be root.
+// stop waits for the loop to end and closes what the node opened;
+// sandboxes keep running, as after Run.
+func OpenNode(ctx context.Context, cfg Config) (n node.Node, stop func(), err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, nil, err
+	}
+	if err := makeDirs(cfg); err != nil {
+		return nil, nil, err
+	}
+	logf := log.New(os.Stderr, "berth node: ", log.LstdFlags).Printf
+	w := nodeWiring{Logf: logf}
+	if cfg.PolicyFile != "" {
+		if w.Policy, err = policy.Load(cfg.PolicyFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	host, err := openNode(ctx, &cfg, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := host.rfs.PruneUpperSnapshots(ctx); err != nil {
+		logf("prune leftover layer snapshots: %v", err)
+	}
+	if err := host.mgr.Reconcile(ctx); err != nil {
+		host.close()
+		return nil, nil, fmt.Errorf("reconcile: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		host.mgr.Run(rctx)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			host.close()
+		})
+	}
+	return host.mgr.Compute(images{s: host.imgs}.ListImages), stop, nil
+}
+
+// localNode is this machine's node as the daemon wires it: the Manager and
+// what it drives (store, images, rootfs, network, egress, OCI runtimes,
+// blobs, the snapshot layer cache). Run puts the API faces and the durable
+// objects around it; OpenNode (tests) uses it alone.
+type localNode struct {
+	mgr     *local.Manager
+	store   stateStore
+	imgs    *image.Store
+	rfs     *rootfs.Manager
+	closers []func()
+}
+
+// close closes what openNode opened, last first. Sandboxes keep running.
+func (n *localNode) close() {
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		n.closers[i]()
+	}
+	n.closers = nil
+}
+
+// nodeWiring is what the node takes from the daemon around it.
+type nodeWiring struct {
+	// Previews ends preview tunnels and PreviewURLs names them; both nil:
+	// no preview server.
+	Previews    *preview.Proxy
+	PreviewURLs func(preview.Exposure) (url, pathURL string)
+	Policy      *policy.Policy
+	Logf        func(format string, args ...any)
+}
+
+// openNode builds the node from cfg (its defaults applied, its dirs made).
+// It fills cfg's Egress ports and Runsc when they are unset.
+func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error) {
+	n := &localNode{}
+	ok := false
+	defer func() {
+		if !ok {
+			n.close()
+		}
+	}()
+	// A stable copy of the agent in the host-only run dir: replacing the
+	// installed binary never changes what running sandboxes execute.
+	agentBin := filepath.Join(cfg.RunDir, "berth-agent")
+	if err := copyFile(cfg.AgentBinary, agentBin, 0o555); err != nil {
+		return nil, fmt.Errorf("install agent: %w", err)
+	}
+
+	st, err := openStore(ctx, *cfg, w.Logf)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, func() { st.Close() })
+	imgs, err := image.Open(filepath.Join(cfg.DataDir, "images"))
+	if err != nil {
+		return nil, err
+	}
+	// Mount points live in the run dir: a sandbox's mapped root must be able
+	// to reach its own root (see rootfs.Options.MountDir); the data dir
+	// stays 0700.
+	rfs, err := rootfs.Open(ctx, cfg.DataDir, rootfs.Options{UpperSize: cfg.UpperSize, MountDir: filepath.Join(cfg.RunDir, "rootfs")})
+	if err != nil {
+		return nil, fmt.Errorf("rootfs: %w", err)
+	}
+	n.closers = append(n.closers, func() { rfs.Close() }) // the data dir's lock
+	subnet, err := netip.ParsePrefix(cfg.Subnet)
+	if err != nil {
+		return nil, fmt.Errorf("--subnet %q: %w", cfg.Subnet, err)
+	}
+	if cfg.Egress.ProxyPort == 0 {
+		cfg.Egress.ProxyPort = 3129
+	}
+	if cfg.Egress.DNSPort == 0 {
+		cfg.Egress.DNSPort = 53
+	}
+	nm, err := network.New(ctx, network.Config{Bridge: cfg.Bridge, Subnet: subnet, NetNSDir: filepath.Join(cfg.RunDir, "netns"), Table: cfg.Bridge,
+		ProxyPort: cfg.Egress.ProxyPort, DNSPort: cfg.Egress.DNSPort})
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	n.closers = append(n.closers, func() { nm.Close() })
+	eg, err := startEgress(ctx, *cfg, subnet, func(ctx context.Context, name string) (string, bool, error) {
+		return n.mgr.Secret(ctx, name)
+	}, w.Logf)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, func() { eg.Close() })
+	rt := runtime.New(cfg.Runtime, filepath.Join(cfg.RunDir, "runc"))
+	isolations := []string{api.IsolationRunc}
+	var gv *runtime.OCI
+	if cfg.Runsc == "" {
+		cfg.Runsc = findBeside(self(), "runsc")
+	}
+	if cfg.Runsc != "" {
+		if gv, err = runtime.NewGVisor(cfg.Runsc, filepath.Join(cfg.RunDir, "runsc")); err != nil {
+			return nil, err
+		}
+		isolations = append(isolations, api.IsolationGVisor)
+		w.Logf("gvisor: %s", cfg.Runsc)
+	}
+
+	blobs, blobDesc, err := openBlobs(ctx, *cfg)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := blobs.(interface{ Close() error }); ok { // a local store's lock
+		n.closers = append(n.closers, func() { c.Close() })
+	}
+	// Snapshot layers are unpacked onto the same btrfs filesystem as the
+	// writable layers: creating the many small files of a workspace is about
+	// twice as fast there as on this host's ext4 root, and restore time is
+	// dominated by that. The name holds '@', which no sandbox id can, so
+	// rootfs never mistakes it for a sandbox's layer.
+	cache, err := snapshot.NewCache(filepath.Join(cfg.DataDir, "uppers", ".layers@cache"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	w.Logf("blob store: %s", blobDesc)
+	if cfg.Blobs.S3Endpoint != "" && !cfg.Blobs.NoImages {
+		imgs.SetShared(blobs, blobDesc)
+		w.Logf("images: published to and fetched from %s", blobDesc)
+	}
+
+	mc := local.Config{
+		PreviewURLs: w.PreviewURLs,
+		Blobs:       blobs, Snapshots: layers{cache},
+		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
+		UserNS:           local.UserNSConfig{Base: cfg.UserNSBase},
+		Runtime:          rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},
+		Isolations:       isolations,
+		DefaultIsolation: cfg.DefaultIsolation,
+		DiskMB:           cfg.UpperSize / (1000 * 1000), // the writable layers' btrfs file
+		RunDir:           cfg.RunDir,
+		AgentBinary:      agentBin,
+		DNS:              []string{network.Gateway(subnet).String()},
+		Egress:           eg,
+		AlarmTick:        cfg.AlarmTick,
+		Logf:             w.Logf,
+		Policy:           w.Policy,
+	}
+	if w.Previews != nil { // a nil *Proxy in the interface would not be nil
+		mc.Previews = w.Previews
+	}
+	mgr := local.New(mc)
+	imgs.InUse = mgr.ImageInUse
+	n.mgr, n.store, n.imgs, n.rfs = mgr, st, imgs, rfs
+	ok = true
+	return n, nil
+}
+
+// stateStore is what the daemon needs of its state store; the SQLite and
+// the PostgreSQL stores both are one.
+type stateStore interface {
+	store.Store
+	store.Secrets
+	store.Cluster
+}
+
+// openStore opens the state store: PostgreSQL when cfg.Cluster names one
+// (cluster mode), else SQLite in the data dir. The DSN holds a password,
+// so it is never logged; the log and errors name the server by host:port.
+func openStore(ctx context.Context, cfg Config, logf func(string, ...any)) (stateStore, error) {
+	if cfg.Cluster == "" {
+		st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "state.db"))
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return st, nil
+	}
+	st, err := postgres.Open(ctx, cfg.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster: %w", err)
+	}
+	logf("state store: PostgreSQL at %s", st.Addr())
+	if st.UnverifiedTLS() {
+		logf("WARNING: the state store's connection is not verified TLS (sslmode is not verify-full): anyone on the path to %s can read and change berth's state, secrets included", st.Addr())
+	}
+	return st, nil
+}

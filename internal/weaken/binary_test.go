@@ -1,0 +1,75 @@
+package weaken_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDefaultBuildHoldsNoSwitches builds the daemon as a release does (no
+// berthtest tag) and looks through its symbol table and bytes for the
+// weaken and failpoint code and for the variables that drive them. The
+// negative control builds it with the tag and must find all of them, so the
+// search itself is shown to work.
+func TestDefaultBuildHoldsNoSwitches(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/berth twice; skipped with -short")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to build cmd/berth with")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mod = "github.com/berth-sh/berth/internal/"
+	marks := []struct {
+		what, needle string
+		symbol       bool
+	}{
+		{"weaken symbols", mod + "weaken.", true},
+		{"failpoint symbols", mod + "failpoint.", true},
+		{"weaken variable", "BERTH_TEST_WEAKEN", false},
+		{"failpoint variable", "BERTH_FAILPOINTS", false},
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		tags []string
+		want bool
+	}{
+		{"default", nil, false},
+		{"berthtest", []string{"-tags", "berthtest"}, true},
+	} {
+		bin := filepath.Join(dir, "berth-"+c.name)
+		// No -trimpath: the build then reuses the packages go test has
+		// just compiled, and the symbols it looks for do not depend on it.
+		args := append([]string{"build"}, c.tags...)
+		build := exec.Command(goBin, append(args, "-o", bin, "./cmd/berth")...)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(build.Args[1:], " "), err, out)
+		}
+		nm, err := exec.Command(goBin, "tool", "nm", bin).Output()
+		if err != nil {
+			t.Fatalf("go tool nm %s: %v", bin, err)
+		}
+		raw, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range marks {
+			hay := raw
+			if m.symbol {
+				hay = nm
+			}
+			if got := bytes.Contains(hay, []byte(m.needle)); got != c.want {
+				t.Errorf("%s build: %s (%q) present = %v, want %v", c.name, m.what, m.needle, got, c.want)
+			}
+		}
+	}
+}

@@ -1,0 +1,592 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/agentclient"
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/blob"
+	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/egress"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/preview"
+	"github.com/berth-sh/berth/store"
+)
+
+// Config wires a Manager.
+type Config struct {
+	Store   store.Store
+	Images  Images
+	Rootfs  Rootfs
+	Network Network
+	Runtime Runtime
+	// Blobs and Snapshots enable snapshots, fork, persist=disk and
+	// backups; without them those calls fail with a clear error.
+	Blobs     blob.Store
+	Snapshots Snapshotter
+	// RunDir is a host-only directory (0700) for bundles and agent sockets.
+	RunDir string
+	// AgentBinary is the berth-agent executable bind-mounted into sandboxes.
+	AgentBinary string
+	// DefaultImage is used when a create request names no image.
+	DefaultImage string
+	// DNS servers written to each sandbox's resolv.conf when it has internet
+	// (with Egress: always, since they are berth's resolver).
+	DNS []string
+	// Egress, when set, enforces network policies through the egress
+	// proxy; without it only the internet flag applies.
+	Egress Egress
+	// AlarmTick is how often idle sandboxes are checked; default 1s.
+	AlarmTick time.Duration
+	// StartTimeout bounds one container start (agent ready); default 30s.
+	// It starts once the image is ready.
+	StartTimeout time.Duration
+	// ImageTimeout bounds making a start's image ready: in a cluster that
+	// may mean fetching and unpacking hundreds of MB from the shared blob
+	// store, which takes longer than a start. Default 30 min.
+	ImageTimeout time.Duration
+	Logf         func(format string, args ...any)
+	// Previews ends open preview connections (preview.Proxy); PreviewURLs
+	// renders an exposure's URLs. Both optional.
+	Previews interface {
+		Revoke(sandbox string, port int)
+	}
+	PreviewURLs func(preview.Exposure) (url, pathURL string)
+	// UserNS is where sandboxes' host uid/gid ranges come from.
+	UserNS UserNSConfig
+	// DefaultIsolation applies when a create request names none (default
+	// api.IsolationRunc); Isolations lists what this host offers (default:
+	// runc only).
+	DefaultIsolation string
+	Isolations       []string
+	// DiskMB is the size of the filesystem that holds the writable
+	// layers, reported as the node's disk capacity (Info); 0: unknown.
+	DiskMB int64
+	// Policy is the operator policy every start must pass (admission.go);
+	// nil: only berth's built-in limits.
+	Policy *policy.Policy
+	// NodeName is this node's name in a cluster: it sees, runs and writes
+	// only the sandboxes whose record it owns (owner.go). Empty on a
+	// single host, where every record is this node's.
+	NodeName string
+	// DefaultPersist applies when a create names no persist: "" or
+	// api.PersistNone on a single host; a cluster makes it api.PersistDisk,
+	// so a sandbox whose node dies wakes elsewhere with its files as of
+	// its last sleep.
+	DefaultPersist string
+}
+
+// Manager is the set of sandbox controllers on this daemon.
+type Manager struct {
+	cfg Config
+	st  store.Store
+
+	mu     sync.Mutex
+	actors map[string]*actor // by name; guarded by mu
+
+	idMu sync.Mutex // serializes user namespace range allocation
+	// objects, once attached (class.go), runs the sandboxes' controller
+	// objects (package controller).
+	objects *durable.Host
+	ownHost bool // objects was made by New, not attached: Run delivers its alarms
+
+	// now is the clock of the Sandbox class's idle decision (tests).
+	now func() time.Time
+
+	// held is what this node holds, for Info.
+	held holdings
+
+	admitMu  sync.Mutex
+	reserved map[string]*store.Sandbox // admitted starts in flight; guarded by admitMu
+}
+
+// actor is the in-memory half of one sandbox's controller. Every lifecycle
+// operation holds mu for its whole duration, so operations on one name are
+// serialized while different names proceed in parallel.
+type actor struct {
+	name string
+	mu   sync.Mutex
+	// The fields below are guarded by mu.
+	rec     store.Sandbox
+	exists  bool // rec is persisted
+	deleted bool // the actor was removed from the map; callers must retry
+	agent   *agentclient.Client
+	// entrypoint: this run has a durable.StartOptions.Entrypoint process
+	// (its exit code, once it ended, is rec.ExitCode).
+	entrypoint bool
+
+	// activity is guarded by actMu, not mu, so exec does not wait for a
+	// slow lifecycle op just to record that it ran.
+	actMu      sync.Mutex
+	active     int       // running execs and open streams
+	lastActive time.Time // last API activity
+	savedSleep time.Time // SleepAt last persisted
+}
+
+// ValidName reports whether s can name a sandbox. Names become host names
+// and parts of preview URLs, so they are DNS labels.
+func ValidName(s string) error { return api.ValidateSandboxName(s) }
+
+// New returns a Manager. Call Reconcile before serving requests and Run to
+// start the alarm loop.
+func New(cfg Config) *Manager {
+	if cfg.AlarmTick == 0 {
+		cfg.AlarmTick = time.Second
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.ImageTimeout == 0 {
+		cfg.ImageTimeout = 30 * time.Minute
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = "debian-trixie"
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	cfg.UserNS.defaults()
+	m := &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
+	if s, ok := cfg.Store.(interface {
+		store.Objects
+		store.Ops
+	}); ok {
+		// Until AttachObjects hands it the daemon's host, the controller
+		// runs its class on a host of its own (Run delivers its alarms).
+		h := durable.NewHost(durable.Config{Store: s, Compute: m.Compute(nil), AlarmTick: cfg.AlarmTick, Logf: cfg.Logf})
+		if err := m.AttachObjects(h); err == nil {
+			m.ownHost = true
+		}
+	}
+	return m
+}
+
+// lock returns the actor for name with its mutex held, loading its record
+// from the store on first use. A caller with a tenant (policy.TenantFrom)
+// reaches only its own tenant's sandboxes.
+func (m *Manager) lock(ctx context.Context, name string) (*actor, error) {
+	a, err := m.lockAny(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if t := policy.TenantFrom(ctx); t != "" && a.exists && a.rec.Tenant != t {
+		a.mu.Unlock()
+		return nil, errdefs.PermissionDenied("sandbox %q belongs to another tenant", name)
+	}
+	return a, nil
+}
+
+func (m *Manager) lockAny(ctx context.Context, name string) (*actor, error) {
+	for {
+		m.mu.Lock()
+		a := m.actors[name]
+		if a == nil {
+			a = &actor{name: name}
+			m.actors[name] = a
+			a.mu.Lock()
+			m.mu.Unlock()
+			rec, err := m.st.Get(ctx, name)
+			if err == nil && m.cfg.NodeName != "" && rec.Owner == "" {
+				rec, err = m.claimUnowned(ctx, rec)
+			}
+			if err == nil && !m.mine(rec) {
+				err = notMine(rec)
+			}
+			switch {
+			case err == nil:
+				a.rec, a.exists = rec, true
+				a.lastActive = rec.LastActive
+			case !errdefs.IsKind(err, errdefs.ErrNotFound):
+				m.mu.Lock()
+				delete(m.actors, name)
+				m.mu.Unlock()
+				a.deleted = true
+				a.mu.Unlock()
+				return nil, err
+			}
+			return a, nil
+		}
+		m.mu.Unlock()
+		a.mu.Lock()
+		if a.deleted {
+			a.mu.Unlock()
+			continue
+		}
+		return a, nil
+	}
+}
+
+// drop removes an actor whose record no longer exists. Callers hold a.mu.
+func (m *Manager) drop(a *actor) {
+	m.mu.Lock()
+	if m.actors[a.name] == a {
+		delete(m.actors, a.name)
+	}
+	m.mu.Unlock()
+	a.deleted = true
+}
+
+// save persists a's record, keeping the optimistic version in step.
+func (m *Manager) save(ctx context.Context, a *actor) error {
+	a.actMu.Lock()
+	a.rec.LastActive = a.lastActive
+	a.rec.SleepAt = time.Time{}
+	if a.rec.State == api.StateRunning && !a.rec.KeepAlive {
+		a.rec.SleepAt = a.lastActive.Add(a.rec.SleepAfter)
+		if a.active > 0 {
+			// Busy: the alarm can only fire SleepAfter after it ends.
+			a.rec.SleepAt = time.Now().UTC().Add(a.rec.SleepAfter)
+		}
+	}
+	a.savedSleep = a.rec.SleepAt
+	a.actMu.Unlock()
+	if !a.exists && m.cfg.NodeName != "" && a.rec.Owner == "" {
+		a.rec.Owner, a.rec.OwnerEpoch = m.cfg.NodeName, 1
+	}
+	if err := m.checkWrite(a.rec); err != nil {
+		return err
+	}
+	v, err := m.st.Put(ctx, a.rec)
+	if err != nil {
+		return fmt.Errorf("persist sandbox %q: %w", a.name, err)
+	}
+	a.rec.Version = v
+	a.exists = true
+	return nil
+}
+
+func (m *Manager) journal(ctx context.Context, name, op, detail string) {
+	if m.objects != nil {
+		// Through the controller object's journal (package durable):
+		// same table and stream, with status and timestamps.
+		st, err := m.objects.StateOf(durable.Address{Class: SandboxClass, ID: name})
+		if err == nil {
+			err = st.Record(context.WithoutCancel(ctx), op, detail, nil, nil)
+		}
+		if err != nil {
+			m.cfg.Logf("journal %s %s: %v", name, op, err)
+		}
+		return
+	}
+	if err := m.st.Append(ctx, store.JournalEntry{Sandbox: name, Op: op, Detail: detail}); err != nil {
+		m.cfg.Logf("journal %s %s: %v", name, op, err)
+	}
+}
+
+func newID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "s" + hex.EncodeToString(b[:])
+}
+
+// startFlags are the compute's choices beyond an api.CreateSandboxRequest.
+type startFlags struct {
+	createOnly bool // an existing sandbox is already exists
+	notRunning bool // a running sandbox is failed precondition (durable's Start)
+	update     bool // apply to an existing sandbox without starting it (durable's Update)
+	selfSleep  bool // store.Sandbox.SelfSleep
+}
+
+// startSandbox creates the sandbox or wakes it, with req's choices: the
+// compute's Start (compute.go). Its controller, the Sandbox class, makes
+// the decisions; this is the machinery.
+func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, f startFlags) (api.Sandbox, bool, error) {
+	if err := ValidName(req.Name); err != nil {
+		return api.Sandbox{}, false, err
+	}
+	sleepAfter := 10 * time.Minute
+	if req.SleepAfter != "" {
+		d, err := time.ParseDuration(req.SleepAfter)
+		if err != nil || d < time.Second || d > 30*24*time.Hour {
+			return api.Sandbox{}, false, errdefs.InvalidArgument("sleepAfter %q must be a duration between 1s and 720h, like \"30s\" or \"10m\"", req.SleepAfter)
+		}
+		sleepAfter = d
+	}
+	for k := range req.Env {
+		if k == "" || len(k) > 256 || containsAny(k, "=\x00") {
+			return api.Sandbox{}, false, errdefs.InvalidArgument("invalid env name %q", k)
+		}
+	}
+	if req.Network != nil {
+		if _, err := egress.Compile(*req.Network); err != nil {
+			return api.Sandbox{}, false, err
+		}
+	}
+	a, err := m.lock(ctx, req.Name)
+	if err != nil {
+		return api.Sandbox{}, false, err
+	}
+	defer a.mu.Unlock()
+	created := false
+	if !a.exists && f.update {
+		m.drop(a)
+		return api.Sandbox{}, false, errdefs.NotFound("sandbox %q not found", req.Name)
+	}
+	if a.exists {
+		if f.createOnly {
+			return api.Sandbox{}, false, errdefs.AlreadyExists("sandbox %q already exists", req.Name)
+		}
+		if f.notRunning && a.rec.State == api.StateRunning {
+			return api.Sandbox{}, false, errdefs.FailedPrecondition("container %q is already running", req.Name)
+		}
+		if req.Isolation != "" && req.Isolation != isolationOf(a.rec) {
+			return api.Sandbox{}, false, errdefs.FailedPrecondition("sandbox %q runs with isolation %q; destroy it to change to %q", req.Name, isolationOf(a.rec), req.Isolation)
+		}
+		// Instance and internet are chosen at each start: a request that
+		// names them applies to the next start (now, if it sleeps).
+		if err := applyStartOptions(&a.rec, req); err != nil {
+			return api.Sandbox{}, false, err
+		}
+		if req.Network != nil {
+			if err := m.setNetworkLocked(ctx, a, *req.Network); err != nil {
+				return api.Sandbox{}, false, err
+			}
+		}
+		if req.SleepAfter != "" {
+			a.rec.SleepAfter = sleepAfter
+		}
+		a.rec.SelfSleep = f.selfSleep
+		if f.update {
+			m.touch(a) // a request to the sandbox, as a get-or-create always was
+			return m.view(a), false, m.save(ctx, a)
+		}
+		if a.rec.State != api.StateRunning {
+			release, err := m.admit(ctx, &a.rec)
+			if err != nil {
+				return api.Sandbox{}, false, err
+			}
+			defer release()
+		}
+	} else {
+		instance, res, err := resolveInstance(req.Instance, req.Resources)
+		if err != nil {
+			return api.Sandbox{}, false, err
+		}
+		img := req.Image
+		if img == "" {
+			img = m.cfg.DefaultImage
+		}
+		now := time.Now().UTC()
+		a.rec = store.Sandbox{
+			Name: req.Name, ID: newID(), State: api.StateStarting, Image: img,
+			Instance: instance, Resources: res, Internet: req.Internet != nil && *req.Internet,
+			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
+			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
+			Tenant: policy.TenantFrom(ctx), SelfSleep: f.selfSleep,
+		}
+		iso, err := m.isolation(req.Isolation)
+		if err != nil {
+			return api.Sandbox{}, false, err
+		}
+		a.rec.Isolation = iso
+		if req.Network != nil {
+			p := *req.Network
+			p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
+			a.rec.Network, a.rec.Internet = &p, p.Internet
+		}
+		persist := req.Persist
+		if persist == "" {
+			persist = m.cfg.DefaultPersist
+		}
+		switch persist {
+		case "", api.PersistNone:
+			a.rec.Persist = api.PersistNone
+		case api.PersistDisk:
+			a.rec.Persist = api.PersistDisk
+		default:
+			return api.Sandbox{}, false, errdefs.InvalidArgument("persist must be %q or %q, got %q", api.PersistNone, api.PersistDisk, req.Persist)
+		}
+		if req.Snapshot != "" {
+			if err := validSnapshotID(req.Snapshot); err != nil {
+				return api.Sandbox{}, false, err
+			}
+			if err := m.fromSnapshot(ctx, &a.rec, req.Snapshot, req.Image); err != nil {
+				m.drop(a)
+				return api.Sandbox{}, false, err
+			}
+		}
+		release, err := m.admit(ctx, &a.rec)
+		if err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
+		defer release()
+		if err := m.save(ctx, a); err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
+		m.journal(ctx, a.name, "create", a.rec.ID)
+		created = true
+	}
+	m.touch(a)
+	if a.rec.State != api.StateRunning {
+		if err := m.start(ctx, a); err != nil {
+			if created && errors.As(err, new(beforeSandbox)) {
+				// A create that failed before its sandbox existed (a
+				// missing image, say) leaves nothing: the name stays free.
+				m.forgetFailedCreate(ctx, a, err)
+				return api.Sandbox{}, false, err
+			}
+			return m.view(a), created, err
+		}
+	}
+	return m.view(a), created, nil
+}
+
+// forgetFailedCreate removes the record of a sandbox whose first start
+// failed before anything but its record existed. Callers hold a.mu.
+func (m *Manager) forgetFailedCreate(ctx context.Context, a *actor, cause error) {
+	ctx = context.WithoutCancel(ctx)
+	if err := m.cfg.Rootfs.Remove(ctx, a.rec.ID); err != nil {
+		m.cfg.Logf("sandbox %s: remove after failed create: %v", a.name, err)
+	}
+	if err := m.deleteOwned(ctx, a.name); err != nil && !errdefs.IsKind(err, errdefs.ErrNotFound) {
+		// The failed record stays; the next create replaces it (the class
+		// replaces a failed sandbox that never ran).
+		m.cfg.Logf("sandbox %s: forget failed create: %v", a.name, err)
+		return
+	}
+	if m.cfg.Egress != nil {
+		m.cfg.Egress.Forget(a.name)
+	}
+	m.journal(ctx, a.name, "create-failed", cause.Error())
+	m.drop(a)
+}
+
+func containsAny(s, chars string) bool {
+	for _, c := range chars {
+		for _, d := range s {
+			if c == d {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// applyStartOptions updates the choices that apply at each start.
+func applyStartOptions(rec *store.Sandbox, req api.CreateSandboxRequest) error {
+	if req.Instance != "" || req.Resources != nil {
+		instance, res, err := resolveInstance(req.Instance, req.Resources)
+		if err != nil {
+			return err
+		}
+		rec.Instance, rec.Resources = instance, res
+	}
+	if req.Internet != nil {
+		rec.Internet = *req.Internet
+		if rec.Network != nil {
+			rec.Network.Internet = *req.Internet
+		}
+	}
+	if req.KeepAlive != nil {
+		rec.KeepAlive = *req.KeepAlive
+	}
+	if req.Image != "" && req.Image != rec.Image && req.Image != rec.ImageDigest && rec.ImageDigest != "" {
+		return errdefs.FailedPrecondition("sandbox %q holds files made on image %s; destroy it to start from image %q", rec.Name, rec.ImageDigest, req.Image)
+	}
+	return nil
+}
+
+// describe is the compute's view of the sandbox (Get through the class
+// ends here). It never wakes the sandbox.
+func (m *Manager) describe(ctx context.Context, name string) (api.Sandbox, error) {
+	if err := ValidName(name); err != nil {
+		return api.Sandbox{}, err
+	}
+	a, err := m.lock(ctx, name)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer a.mu.Unlock()
+	if !a.exists {
+		m.drop(a)
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", name)
+	}
+	return m.view(a), nil
+}
+
+// destroy is Destroy's body.
+func (m *Manager) destroy(ctx context.Context, name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	a, err := m.lock(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer a.mu.Unlock()
+	if !a.exists {
+		m.drop(a)
+		return errdefs.NotFound("sandbox %q not found", name)
+	}
+	// Destruction must finish even if the caller goes away mid-way.
+	ctx = context.WithoutCancel(ctx)
+	if err := m.stopCompute(ctx, a); err != nil {
+		return err
+	}
+	if err := m.cfg.Rootfs.Remove(ctx, a.rec.ID); err != nil {
+		return fmt.Errorf("destroy %q: remove writable layer: %w", name, err)
+	}
+	if err := m.deleteOwned(ctx, name); err != nil {
+		return err
+	}
+	if m.cfg.Egress != nil {
+		m.cfg.Egress.Forget(name)
+	}
+	if p := a.rec.PersistSnapshot; p != "" {
+		if users, err := m.snapshotUsers(ctx, p); err == nil && len(users) == 0 {
+			_ = m.forgetSnapshot(ctx, p)
+		}
+	}
+	m.journal(ctx, name, "destroy", a.rec.ID)
+	m.drop(a)
+	return nil
+}
+
+// stopSandbox is the compute's Stop: it sleeps the sandbox, keeping its
+// files, and reports whether it did. With o.IdleSince it leaves a sandbox
+// that had activity after that time, or has an operation in flight.
+func (m *Manager) stopSandbox(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
+	if err := ValidName(name); err != nil {
+		return false, err
+	}
+	a, err := m.lock(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	defer a.mu.Unlock()
+	if !a.exists {
+		m.drop(a)
+		return false, errdefs.NotFound("sandbox %q not found", name)
+	}
+	if a.rec.State == api.StateSleeping {
+		return false, nil
+	}
+	if !o.IdleSince.IsZero() {
+		a.actMu.Lock()
+		busy := a.active > 0 || a.lastActive.After(o.IdleSince)
+		a.actMu.Unlock()
+		if busy || a.rec.State != api.StateRunning {
+			return false, nil
+		}
+	}
+	reason := o.Reason
+	if reason == "" {
+		reason = "requested"
+	}
+	if err := m.sleep(context.WithoutCancel(ctx), a, reason); err != nil {
+		return false, err
+	}
+	return true, nil
+}
