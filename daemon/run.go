@@ -268,7 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go e2bh.Run(ctx, time.Second)
 	weak := weaken.Off(weaken.HTTPGuard)
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
-	h := server.Guard(e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router}))),
+	h := server.Guard(e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router}))),
 		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak})
 	srv := server.NewHTTPServer("", h)
 	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.

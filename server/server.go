@@ -36,6 +36,8 @@ type Options struct {
 	// MaxBufferedOutput caps stdout and stderr each of a buffered exec
 	// (default 16 MiB); beyond it output is dropped and Truncated is set.
 	MaxBufferedOutput int64
+	// NodeName is this member's name, reported by GET /v1/health.
+	NodeName string
 	// Version is reported by GET /v1/health.
 	Version string
 	// Logf logs server-side failures (5xx, panics). Nil discards.
