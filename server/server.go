@@ -375,6 +375,10 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) {
 	writeError(rw, err)
 }
 
+// WriteError answers err as the API's error JSON with its status, for a
+// handler in front of the API (the daemon's cluster gate).
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
+
 func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, api.HTTPStatus(err), errorBody(w, err))
 }
