@@ -48,7 +48,7 @@ type Loop struct {
 	mu       sync.Mutex
 	last     node.Info // the last Info that succeeded
 	haveLast bool
-	failures int // heartbeats failed in a row
+	failures int       // heartbeats failed in a row
 	written  time.Time // when an entry was last written (this process's clock)
 }
 
