@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,8 +78,6 @@ type clusterNode struct {
 	d *testdaemon.Daemon
 	c *client.Client
 }
-
-func (n *clusterNode) apiURL() string { return "http://" + n.addr + ":7070" }
 
 var (
 	binDir  string
@@ -757,29 +754,6 @@ func execVia(t *testing.T, via *clusterNode, name, command string) api.ExecResul
 		t.Fatalf("exec %q in %s through %s: %v", command, name, via.name, err)
 	}
 	return res
-}
-
-// rawGet does an authenticated GET on node n's API and returns the status
-// and body (for what the SDK does not expose).
-func rawGet(n *clusterNode, path string) (int, []byte, error) {
-	req, _ := http.NewRequest(http.MethodGet, n.apiURL()+path, nil)
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		k, err := resp.Body.Read(buf)
-		b.Write(buf[:k])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, []byte(b.String()), nil
 }
 
 var errTimeout = errors.New("timed out")
