@@ -204,6 +204,12 @@ func setUp() error {
 	if err != nil {
 		return err
 	}
+	// Every node sees every other alive before a test runs.
+	for _, n := range cluster[1:] {
+		if err := waitFor(4*stale, func() error { return allAlive(n) }); err != nil {
+			return fmt.Errorf("membership through %s: %w", n.name, err)
+		}
+	}
 	if seed == "" {
 		// No image to seed from: node 1 builds the base (and, on S3,
 		// publishes it; the others fetch it by digest on first use).
@@ -647,6 +653,24 @@ func sweep(logf func(string, ...any)) {
 		logf("removing bridge %s", hubName)
 		_ = sh("ip", "link", "del", hubName)
 	}
+}
+
+// allAlive checks that via lists every node of the cluster as alive.
+func allAlive(via *clusterNode) error {
+	list, err := via.c.ListNodes(context.Background())
+	if err != nil {
+		return err
+	}
+	alive := 0
+	for _, n := range list.Nodes {
+		if n.Health == api.NodeAlive && byName(n.Name) != nil {
+			alive++
+		}
+	}
+	if alive != nodes {
+		return fmt.Errorf("%d of %d nodes alive: %+v", alive, nodes, list.Nodes)
+	}
+	return nil
 }
 
 // waitGone waits up to 10 s for what the suite removed to be gone (a
