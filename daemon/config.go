@@ -58,6 +58,10 @@ type Config struct {
 	// RequestLog chooses the request log lines on stderr: "all" (the
 	// default), "errors" (status 400 and above) or "off".
 	RequestLog string
+	// APIKeyFile holds the user API key; default <data>/api-key, created
+	// (0600) on first start when absent. In a cluster every member must
+	// be given the same one: a user's key works on any node.
+	APIKeyFile string
 	// Node is the node API: this machine's node served to other berth
 	// processes (package node/remote), and how this process reaches
 	// theirs. Off unless NodeListen is set.
@@ -95,6 +99,10 @@ type NodeAPIConfig struct {
 	// CA is a PEM file of the roots this process verifies other nodes'
 	// certificates against (NodeClient); empty: the system's roots.
 	CA string
+	// Advertise is the node API's URL in this member's entry, what other
+	// members dial (http(s)://host:port); default: the listener's own,
+	// which must then name one address (not every interface).
+	Advertise string
 	// Insecure allows plain HTTP to and from addresses that are not
 	// loopback (a network the operator trusts, or TLS ended in front).
 	Insecure bool

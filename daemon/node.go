@@ -94,6 +94,12 @@ func (n *localNode) close() {
 
 // nodeWiring is what the node takes from the daemon around it.
 type nodeWiring struct {
+	// Store is the state store the daemon opened (and closes); nil:
+	// openNode opens it from cfg and closes it with the node.
+	Store stateStore
+	// NodeName is this node's name in a cluster (local.Config.NodeName);
+	// "" on a single host.
+	NodeName string
 	// Previews ends preview tunnels and PreviewURLs names them; both nil:
 	// no preview server.
 	Previews    *preview.Proxy
@@ -119,11 +125,14 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		return nil, fmt.Errorf("install agent: %w", err)
 	}
 
-	st, err := openStore(ctx, *cfg, w.Logf)
-	if err != nil {
-		return nil, err
+	st := w.Store
+	if st == nil {
+		var err error
+		if st, err = openStore(ctx, *cfg, w.Logf); err != nil {
+			return nil, err
+		}
+		n.closers = append(n.closers, func() { st.Close() })
 	}
-	n.closers = append(n.closers, func() { st.Close() })
 	imgs, err := image.Open(filepath.Join(cfg.DataDir, "images"))
 	if err != nil {
 		return nil, err
@@ -211,6 +220,12 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		AlarmTick:        cfg.AlarmTick,
 		Logf:             w.Logf,
 		Policy:           w.Policy,
+		NodeName:         w.NodeName,
+	}
+	if w.NodeName != "" {
+		// A sandbox whose node dies wakes elsewhere from its last sleep,
+		// so every sleep persists to the blob store unless asked not to.
+		mc.DefaultPersist = api.PersistDisk
 	}
 	if w.Previews != nil { // a nil *Proxy in the interface would not be nil
 		mc.Previews = w.Previews

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/node"
 	"github.com/berth-sh/berth/node/remote"
 	"github.com/berth-sh/berth/server"
@@ -155,7 +156,11 @@ type nodeServer struct {
 // user API's HTTP guards: header timeout and size cap, idle timeout, the
 // connection caps (its own counts, as the preview listener has), bounded
 // request bodies and one log line per request (no header, so no token).
-func newNodeServer(c NodeAPIConfig, n node.Node, token string, limits server.ConnLimits, g server.GuardOptions) (*nodeServer, error) {
+//
+// recv, when not nil, is the cluster's forwarding receiver (package
+// control/forward): requests under forward.Prefix go to it, and the rest
+// to the node API.
+func newNodeServer(c NodeAPIConfig, n node.Node, token string, recv http.Handler, limits server.ConnLimits, g server.GuardOptions) (*nodeServer, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -164,7 +169,12 @@ func newNodeServer(c NodeAPIConfig, n node.Node, token string, limits server.Con
 		return nil, err
 	}
 	g.LongLived = nodeLongLived
-	srv := server.NewHTTPServer("", server.Guard(remote.NewHandler(n, token), g))
+	g.KeepForwardHeaders = true // the receiver checks the cluster credential first
+	var h http.Handler = remote.NewHandler(n, token)
+	if recv != nil {
+		h = forward.Mount(h, recv)
+	}
+	srv := server.NewHTTPServer("", server.Guard(h, g))
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.TLSConfig = tlsConf
@@ -184,9 +194,14 @@ func newNodeServer(c NodeAPIConfig, n node.Node, token string, limits server.Con
 func (s *nodeServer) serve() error { return s.srv.Serve(s.ln) }
 
 // nodeLongLived: an exec's body carries its stdin (up to 80 MiB), so it
-// gets the per-pause bound; every other node request body is small JSON
-// and gets the whole-body one.
+// gets the per-pause bound; so does every forwarded request (an upload, a
+// stream, a WebSocket), whose own bounds the API stack it is handed to
+// applies by its original route. Every other node request body is small
+// JSON and gets the whole-body one.
 func nodeLongLived(r *http.Request) bool {
+	if r.URL.Path == forward.Prefix || strings.HasPrefix(r.URL.Path, forward.Prefix+"/") {
+		return true
+	}
 	return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/exec")
 }
 
@@ -212,16 +227,9 @@ func (c Config) NodeClient(baseURL string) (*remote.Client, error) {
 	}
 	switch u.Scheme {
 	case "https":
-		conf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
-		if c.Node.CA != "" {
-			pem, err := os.ReadFile(c.Node.CA)
-			if err != nil {
-				return nil, fmt.Errorf("--node-ca: %w", err)
-			}
-			conf.RootCAs = x509.NewCertPool()
-			if !conf.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--node-ca %s holds no PEM certificate", c.Node.CA)
-			}
+		conf, err := c.Node.clientTLS()
+		if err != nil {
+			return nil, err
 		}
 		tr.TLSClientConfig = conf
 	case "http":
@@ -236,4 +244,22 @@ func (c Config) NodeClient(baseURL string) (*remote.Client, error) {
 		return nil, err
 	}
 	return remote.NewClient(baseURL, token, &http.Client{Transport: tr}), nil
+}
+
+// clientTLS is the TLS configuration this process calls other nodes' node
+// APIs with: TLS 1.3, HTTP/1.1 (an agent tunnel and a forwarded WebSocket
+// are HTTP/1.1 Upgrades), roots from --node-ca or the system's.
+func (c NodeAPIConfig) clientTLS() (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
+	if c.CA != "" {
+		pem, err := os.ReadFile(c.CA)
+		if err != nil {
+			return nil, fmt.Errorf("--node-ca: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--node-ca %s holds no PEM certificate", c.CA)
+		}
+	}
+	return conf, nil
 }

@@ -151,7 +151,7 @@ func startNodeServer(t *testing.T, c NodeAPIConfig, n node.Node, limits server.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newNodeServer(c, n, token, limits, server.GuardOptions{})
+	s, err := newNodeServer(c, n, token, nil, limits, server.GuardOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestNodeAPITLS(t *testing.T) {
 	if _, err := pc.Info(ctx); err == nil {
 		t.Error("plain HTTP to the TLS node API answered")
 	}
-	if _, err := newNodeServer(NodeAPIConfig{Listen: "127.0.0.1:0", TLSCert: cert, TLSKey: cert}, fake, "x", server.ConnLimits{}, server.GuardOptions{}); err == nil {
+	if _, err := newNodeServer(NodeAPIConfig{Listen: "127.0.0.1:0", TLSCert: cert, TLSKey: cert}, fake, "x", nil, server.ConnLimits{}, server.GuardOptions{}); err == nil {
 		t.Error("a certificate as its own key was accepted")
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/control"
+	"github.com/berth-sh/berth/control/forward"
+	"github.com/berth-sh/berth/control/membership"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/e2b"
 	"github.com/berth-sh/berth/internal/weaken"
@@ -127,7 +129,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// not the control plane (adversarial checklist #19).
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-900"), 0o644)
 
-	key, err := loadOrCreateKey(filepath.Join(cfg.DataDir, "api-key"))
+	if cfg.APIKeyFile == "" {
+		cfg.APIKeyFile = filepath.Join(cfg.DataDir, "api-key")
+	}
+	key, err := loadOrCreateKey(cfg.APIKeyFile)
 	if err != nil {
 		return err
 	}
@@ -151,11 +156,53 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		logf("policy: %s (%d allowed images, %d tenants)", cfg.PolicyFile, len(pol.Images), len(pol.Tenants))
 	}
-	var mgr *local.Manager
+	if err := cfg.checkCluster(); err != nil {
+		return err
+	}
+	// The state store opens first: in a cluster the preview proxy and
+	// the API faces forward by its records.
+	st, err := openStore(ctx, cfg, logf)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var (
+		mgr     *local.Manager
+		host    *localNode
+		cw      *clusterWiring
+		router  forward.Router // nil on a single host (a nil *Forwarder would not be nil)
+		token   string         // the cluster credential, once the node API or the cluster needs it
+		tokPath = cfg.Node.tokenPath(cfg.DataDir)
+	)
+	if cfg.Node.Listen != "" || cfg.clusterMode() {
+		if token, err = loadOrCreateClusterToken(tokPath, logf); err != nil {
+			return err
+		}
+	}
+	if cfg.clusterMode() {
+		cw = &clusterWiring{self: cfg.Member.Name, isNode: cfg.Member.isNode(), st: st, stale: cfg.Member.Stale, logf: logf}
+		placer := newPlacer(st, func(ctx context.Context, ref string) string {
+			if host == nil {
+				return ""
+			}
+			return imageDigest(ctx, host.imgs, ref)
+		}, pol, cfg, logf)
+		fwd, err := newForwarder(cfg, token, st, placer, cw)
+		if err != nil {
+			return err
+		}
+		router = fwd
+		pcfg.Forward = router
+		if cfg.Blobs.S3Endpoint == "" {
+			logf("WARNING: cluster mode without --s3-endpoint: snapshots and sleeping sandboxes stay in this node's own blob dir, so a sandbox cannot wake on another node when this one dies")
+		}
+	}
 	prox := preview.NewProxy(preview.ResolverFunc(func(ctx context.Context, s string, p int, t string) (preview.Exposure, preview.DialFunc, error) {
 		return mgr.Lookup(ctx, s, p, t)
 	}), pcfg)
-	host, err := openNode(ctx, &cfg, nodeWiring{
+	host, err = openNode(ctx, &cfg, nodeWiring{
+		Store:    st,
+		NodeName: clusterName(cfg),
 		Previews: prox,
 		PreviewURLs: func(e preview.Exposure) (string, string) {
 			return preview.URL(pcfg, e), preview.PathURL(previewBase, e)
@@ -167,12 +214,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer host.close()
-	mgr, st, imgs, rfs := host.mgr, host.store, host.imgs, host.rfs
+	mgr, imgs, rfs := host.mgr, host.imgs, host.rfs
 	// This machine's node, in-process; the control plane (the objects
 	// and plane) reaches it only through node.Node, except for what is
 	// still node-local (control.NodeLocal).
 	nd := mgr.Compute(images{s: imgs}.ListImages)
-	objects := durable.NewHost(durable.Config{Store: st, Compute: nd, AlarmTick: cfg.AlarmTick, Logf: logf})
+	dcfg := durable.Config{Store: st, Compute: nd, AlarmTick: cfg.AlarmTick, Logf: logf}
+	if cw != nil {
+		dcfg.Owns = cw.owns
+	}
+	objects := durable.NewHost(dcfg)
 	if err := mgr.AttachObjects(objects); err != nil {
 		return err
 	}
@@ -194,11 +245,6 @@ func Run(ctx context.Context, cfg Config) error {
 	go mgr.Run(ctx)
 	go objects.Run(ctx)
 	go pruneJournal(ctx, st, cfg.JournalRetention, logf)
-	members, err := startMembership(ctx, cfg.Member, started, st, nd, logf)
-	if err != nil {
-		return err
-	}
-
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -218,10 +264,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// The E2B-compatible API shares the listener: its routes (/sandboxes,
 	// /v2/…, data-plane requests by E2b-Sandbox-Id) never collide with
 	// the native /v1 API or the console.
-	e2bh := e2b.New(plane, e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf})
+	e2bh := e2b.New(plane, e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf, Forward: router, Node: clusterName(cfg)})
 	go e2bh.Run(ctx, time.Second)
 	weak := weaken.Off(weaken.HTTPGuard)
-	h := server.Guard(e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members}))),
+	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
+	h := server.Guard(e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router}))),
 		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak})
 	srv := server.NewHTTPServer("", h)
 	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.
@@ -235,20 +282,30 @@ func Run(ctx context.Context, cfg Config) error {
 	psrv := preview.NewServer("", prox)
 	errc := make(chan error, 3)
 	var nsrv *nodeServer
+	nodeAddr := ""
 	if cfg.Node.Listen != "" {
 		// This node for other berth processes (a control plane
-		// elsewhere), under the cluster credential.
-		tokPath := cfg.Node.tokenPath(cfg.DataDir)
-		token, err := loadOrCreateClusterToken(tokPath, logf)
+		// elsewhere), under the cluster credential; in a cluster also
+		// the requests other members forward to this node's sandboxes.
+		var recv http.Handler
+		if router != nil {
+			recv = forward.NewReceiver(forward.ReceiverConfig{Token: token, API: h, Preview: prox})
+		}
+		nsrv, err = newNodeServer(cfg.Node, nd, token, recv, limits, server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Weak: weak})
 		if err != nil {
 			return err
 		}
-		nsrv, err = newNodeServer(cfg.Node, nd, token, limits, server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Weak: weak})
-		if err != nil {
+		if nodeAddr, err = cfg.Node.advertisedNodeURL(nsrv.url); err != nil {
 			return err
 		}
-		logf("node API serving on %s (cluster credential in %s)", nsrv.url, tokPath)
+		logf("node API serving on %s, advertised as %s (cluster credential in %s)", nsrv.url, nodeAddr, tokPath)
 		go func() { errc <- nsrv.serve() }()
+	}
+	if err := startMembership(ctx, cfg.Member, nodeAddr, started, st, nd, logf); err != nil {
+		return err
+	}
+	if cw != nil && cw.isNode {
+		go fenceLoop(ctx, mgr, cfg.Member.Beat)
 	}
 	go func() { errc <- srv.Serve(server.LimitListener(ln, limits)) }()
 	go func() { errc <- psrv.Serve(server.LimitListener(pln, limits)) }()

@@ -86,7 +86,11 @@ type Options struct {
 	// node, and creates to the node placement chose (control/forward);
 	// nil: a single host.
 	Forward forward.Router
-	Logf    func(format string, args ...any)
+	// Node is this node's name in a cluster: the lifetime loop ends only
+	// the sandboxes this node owns (every node runs one, and each acts on
+	// its own). "": every sandbox (a single host).
+	Node string
+	Logf func(format string, args ...any)
 }
 
 // Handler serves the E2B API. Create it with New, mount it with Wrap and

@@ -46,6 +46,9 @@ func (h *Handler) expire(ctx context.Context) {
 	}
 	now := time.Now()
 	for _, sb := range sbs {
+		if h.opts.Node != "" && sb.Node != h.opts.Node {
+			continue // its owner's loop ends it
+		}
 		if sb.State == api.StateSleeping || sb.Labels[labelEnd] == "" || endOf(sb).After(now) {
 			continue
 		}

@@ -54,6 +54,11 @@ type GuardOptions struct {
 	// suite's negative control, weaken.HTTPGuard). Request ids and logs
 	// stay.
 	Weak bool
+	// KeepForwardHeaders leaves the forwarding headers in (the node
+	// listener: the forwarding receiver behind it checks the cluster
+	// credential before it reads them). Every user-facing listener drops
+	// them.
+	KeepForwardHeaders bool
 }
 
 // LongLivedBody is the default GuardOptions.LongLived: the native API's
@@ -145,7 +150,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t0 := time.Now()
 	// Forwarding headers mean something only on the node listener; from
 	// a user they are dropped here (control/forward.StripHeaders).
-	forward.StripHeaders(r.Header)
+	if !g.o.KeepForwardHeaders {
+		forward.StripHeaders(r.Header)
+	}
 	id := r.Header.Get(reqinfo.Header)
 	if !reqinfo.ValidID(id) {
 		id = reqinfo.NewID()

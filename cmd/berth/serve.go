@@ -104,6 +104,8 @@ Examples:
 	f.IntVar(&cfg.MaxConns, "max-conns", 16384, "most open connections to the API (and, separately, to the preview listener); more are answered 503 and closed")
 	f.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 1024, "most open connections from one client address; more are answered 429 and closed")
 	f.StringVar(&cfg.Node.Listen, "node-listen", "", "address for the node API (this machine's node for other berth processes, under the cluster credential); default: not served")
+	f.StringVar(&cfg.APIKeyFile, "api-key-file", "", "file holding the user API key (default <data>/api-key, made with mode 0600 when absent); every member of a cluster needs the same one")
+	f.StringVar(&cfg.Node.Advertise, "node-advertise", "", "URL other members reach this node's node API at (http(s)://host:port); default: --node-listen's, which must then name one address")
 	f.StringVar(&cfg.Node.TokenFile, "cluster-token-file", "", "file holding the cluster credential of the node API, not the user API key (default <data>/cluster-token, made with mode 0600 when absent)")
 	f.StringVar(&cfg.Node.TLSCert, "node-tls-cert", "", "PEM certificate the node API is served with (with --node-tls-key)")
 	f.StringVar(&cfg.Node.TLSKey, "node-tls-key", "", "PEM key of --node-tls-cert")

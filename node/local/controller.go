@@ -148,7 +148,7 @@ func New(cfg Config) *Manager {
 		cfg.ImageTimeout = 30 * time.Minute
 	}
 	if cfg.DefaultImage == "" {
-		cfg.DefaultImage = "debian-trixie"
+		cfg.DefaultImage = DefaultImageName
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf

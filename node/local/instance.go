@@ -18,6 +18,10 @@ var instanceTypes = map[string]api.Resources{
 	"standard-4": {VCPU: 4, MemoryMiB: 12288, DiskMB: 20000},
 }
 
+// DefaultImageName is the image of a create that names none (unless
+// Config.DefaultImage says otherwise).
+const DefaultImageName = "debian-trixie"
+
 // DefaultInstance is used when a create request names none.
 const DefaultInstance = "standard-1"
 
@@ -30,6 +34,13 @@ const (
 	minDiskMB    = 500
 	maxDiskMB    = 20000
 )
+
+// ResolveInstance turns a create's instance name or custom size into the
+// resources a start commits (what placement asks of a node). A custom size
+// is named "custom"; a bad one is invalid argument.
+func ResolveInstance(name string, custom *api.Resources) (string, api.Resources, error) {
+	return resolveInstance(name, custom)
+}
 
 // resolveInstance turns an instance name or a custom size into resources.
 // A custom size is named "custom".
