@@ -12,11 +12,8 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/weaken"
 )
-
-// weakenFencing is the internal/weaken switch that turns a node's fencing
-// off (BERTH_TEST_WEAKEN=fencing on a berthtest build).
-const weakenFencing = "fencing"
 
 // staleMark is what the sandbox's first container holds in its /dev/shm (a
 // tmpfs: never persisted, so no later container of the sandbox has it).
@@ -174,7 +171,7 @@ func TestFencingNegativeControl(t *testing.T) {
 	n2 := node(2)
 	n2.d.Stop()
 	restartOnCleanup(t, n2) // plain again: it fences what the weakened run left
-	if err := n2.start([]string{"BERTH_TEST_WEAKEN=" + weakenFencing}); err != nil {
+	if err := n2.start([]string{weaken.EnvVar + "=" + weaken.Fencing}); err != nil {
 		t.Fatal(err)
 	}
 	sb, moved := fenceScene(t, "cl-fenceneg")

@@ -43,6 +43,7 @@ var (
 	// the sweep finds what a killed run left behind.
 	tag       = "berth-cl" + id + "-"
 	tokenFile = "/var/tmp/berth-cl" + id + "-token"
+	keyFile   = "/var/tmp/berth-cl" + id + "-api-key"
 )
 
 const (
@@ -174,7 +175,11 @@ func setUp() error {
 	if err := os.WriteFile(tokenFile, []byte(randHex(32)+"\n"), 0o600); err != nil {
 		return err
 	}
+	// One user key for the whole cluster: a user's client talks to any node.
 	apiKey = "e2b_" + randHex(20)
+	if err := os.WriteFile(keyFile, []byte(apiKey+"\n"), 0o600); err != nil {
+		return err
+	}
 	seed, err := seedDir()
 	if err != nil {
 		return err
@@ -304,7 +309,7 @@ func seedDir() (string, error) {
 }
 
 // prepareData gives n a fresh data dir (a previous run's is removed: the
-// state store is new) with the shared API key and, from seed, the images.
+// state store is new) with, from seed, the images.
 func prepareData(n *clusterNode, seed string) error {
 	if m := mountsUnder(n.data); len(m) > 0 {
 		return fmt.Errorf("%s still has mounts (%s); not removing it", n.data, strings.Join(m, ", "))
@@ -313,10 +318,6 @@ func prepareData(n *clusterNode, seed string) error {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(n.data, "images"), 0o700); err != nil {
-		return err
-	}
-	// One key for the whole cluster: a user's client talks to any node.
-	if err := os.WriteFile(filepath.Join(n.data, "api-key"), []byte(apiKey+"\n"), 0o600); err != nil {
 		return err
 	}
 	if seed == "" {
@@ -346,7 +347,7 @@ func (n *clusterNode) start(env []string) error {
 		Args: []string{
 			"--node-name", n.name,
 			"--node-listen", n.addr + ":7071", "--node-insecure",
-			"--cluster-token-file", tokenFile,
+			"--cluster-token-file", tokenFile, "--api-key-file", keyFile,
 			"--s3-endpoint", "http://" + s3Addr, "--s3-bucket", s3Bucket,
 			"--node-heartbeat", heartbeat.String(), "--node-stale", stale.String(),
 			"--alarm-tick", "200ms",
@@ -422,6 +423,7 @@ func tearDown() {
 	}
 	_ = sh("ip", "link", "del", hubName)
 	os.Remove(tokenFile)
+	os.Remove(keyFile)
 }
 
 // destroyAll destroys every sandbox the cluster lists, each through the
