@@ -6,6 +6,7 @@
 #   scripts/s3-server.sh start   build versitygw if needed, start it, wait until it serves
 #   scripts/s3-server.sh stop    stop the server started by `start` (by pid file) and drop its data
 #   scripts/s3-server.sh env     print BERTH_TEST_S3_* lines for the tests
+#   scripts/s3-server.sh build   only build bin/versitygw (scripts/cluster.sh runs its own server)
 #
 # Typical use:  scripts/s3-server.sh start && eval "$(scripts/s3-server.sh env | sed 's/^/export /')"
 set -euo pipefail
@@ -56,6 +57,9 @@ wait_ready() {
 }
 
 case "${1:-}" in
+build)
+  build
+  ;;
 start)
   build
   if running; then echo "==> versitygw already running (pid $(cat "$PIDFILE")) on $ADDR" >&2; exit 0; fi
