@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/server"
@@ -179,7 +180,17 @@ func fenceLoop(ctx context.Context, mgr *local.Manager, every time.Duration) {
 
 // newPlacer is the placement of creates over the store's node list.
 // image resolves a create's image to its digest here ("" when unknown).
+//
+// weaken.Locality (berthtest builds only) zeroes the image and chain
+// weights, so the locality test's negative control can show placement no
+// longer follows the layers.
 func newPlacer(st stateStore, image func(ctx context.Context, ref string) string, pol *policy.Policy, cfg Config, logf func(string, ...any)) *placement.Placer {
+	opts := placement.Options{Staleness: cfg.Member.Stale}
+	if weaken.Off(weaken.Locality) {
+		w := placement.DefaultWeights()
+		w.Image, w.Chain = 0, 0
+		opts.Weights = &w
+	}
 	return placement.NewPlacer(placement.PlacerConfig{
 		Nodes: placement.NewNodeCache(st, placement.NodeCacheMaxAge),
 		Resources: func(instance string, custom *api.Resources) (api.Resources, error) {
@@ -190,7 +201,7 @@ func newPlacer(st stateStore, image func(ctx context.Context, ref string) string
 		Snapshots:        st,
 		Policy:           pol,
 		DefaultIsolation: cfg.DefaultIsolation,
-		Options:          placement.Options{Staleness: cfg.Member.Stale},
+		Options:          opts,
 		Logf:             logf,
 	})
 }

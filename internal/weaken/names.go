@@ -33,6 +33,10 @@ const (
 	// Cluster ownership (node/local owner.go).
 	Fencing = "fencing" // a node acts on every record, owned or not, and Fence stops nothing
 
+	// Cluster placement (daemon/cluster.go newPlacer). Not a protection
+	// but a property the locality test must be able to tell apart.
+	Locality = "locality" // the placer's image and snapshot-chain weights are zero
+
 	// The daemon's HTTP listener (package server, Guard and LimitListener).
 	HTTPGuard = "http-guard" // no body-read bounds, no close after an unread body, no connection caps
 )

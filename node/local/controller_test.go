@@ -330,3 +330,30 @@ func TestCreateReplacesSandboxThatNeverRan(t *testing.T) {
 		t.Fatalf("a sandbox that ran changed image: %v", err)
 	}
 }
+
+// TestFailedWakeStaysAsleep: a wake that fails before the sandbox is set
+// up (its image cannot be had: a blob store that is down, say) leaves the
+// sandbox sleeping, not failed, and the next request wakes it.
+func TestFailedWakeStaysAsleep(t *testing.T) {
+	r := newRig(t)
+	if _, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "w"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := plane(r.m).Sleep(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	r.img.err = errdefs.Unavailable("blob store unreachable")
+	if _, err := plane(r.m).Exec(ctx, "w", api.ExecRequest{Argv: []string{"true"}}, nil, nil); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("wake with the image unavailable: want unavailable, got %v", err)
+	}
+	if sb, _ := plane(r.m).Get(ctx, "w"); sb.State != api.StateSleeping || sb.Error != "" {
+		t.Fatalf("after the failed wake: state %s, error %q; want sleeping as before", sb.State, sb.Error)
+	}
+	r.img.err = nil
+	if _, err := plane(r.m).Exec(ctx, "w", api.ExecRequest{Argv: []string{"true"}}, nil, nil); err != nil {
+		t.Fatalf("wake once the image is back: %v", err)
+	}
+	if sb, _ := plane(r.m).Get(ctx, "w"); sb.State != api.StateRunning {
+		t.Fatalf("after the wake: %+v", sb)
+	}
+}

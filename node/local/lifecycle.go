@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,7 +62,9 @@ func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.RunD
 // agent ready. The record is persisted as starting first, so a crash at
 // any step leaves a state that Reconcile knows how to clean. Callers hold
 // a.mu. On failure everything started is torn down again and the sandbox
-// is marked failed (its writable layer is kept; the next request retries).
+// is marked failed (its writable layer is kept; the next request retries),
+// except a wake that failed before the sandbox was set up, which leaves it
+// sleeping.
 func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	// A start runs to completion even if the request that caused it is
 	// cancelled: other callers may be waiting on the same actor.
@@ -72,6 +75,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	t0 := time.Now()
 	rec := &a.rec
 	wasSleeping := rec.State == api.StateSleeping
+	prevError := rec.Error
 	rec.State, rec.Error = api.StateStarting, ""
 	rec.ExitCode = nil
 	if err := m.save(ctx, a); err != nil {
@@ -87,6 +91,13 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 			m.cfg.Logf("sandbox %s: cleanup after failed start: %v", a.name, cerr)
 		}
 		rec.State, rec.Error = api.StateFailed, err.Error()
+		if wasSleeping && errors.As(err, new(beforeSandbox)) {
+			// A wake that failed before anything of the sandbox was
+			// set up (its image or snapshot chain could not be had: the
+			// blob store is down, say) changed nothing: it sleeps as it
+			// did, and the next request tries the wake again.
+			rec.State, rec.Error = api.StateSleeping, prevError
+		}
 		if serr := m.save(ctx, a); serr != nil {
 			m.cfg.Logf("sandbox %s: %v", a.name, serr)
 		}

@@ -7,9 +7,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/berth-sh/berth/api"
 )
@@ -69,12 +73,17 @@ func TestNodes(t *testing.T) {
 	}
 }
 
-// TestSpread: twelve small sandboxes created through node 1 land on all
+// TestSpread: thirty small sandboxes created through node 1 land on all
 // three nodes (each says where in GET), and every one takes an exec and a
 // file written through one node and read back through another, through
-// every node.
+// every node. A sample of two sandboxes per node (six) also serves a PTY
+// (the WebSocket terminal) and a preview URL (python3 -m http.server in
+// the sandbox, fetched through every node's preview listener) through every
+// node: doing all thirty would add about a minute of python starts for no
+// new path (the forwarding is per request, the same for every sandbox).
 func TestSpread(t *testing.T) {
-	const count = 12
+	const count = 30
+	const samplePerNode = 2
 	ctx := context.Background()
 	on := map[string][]string{}
 	t0 := time.Now()
@@ -130,4 +139,91 @@ func TestSpread(t *testing.T) {
 		}
 	}
 	t.Logf("exec, write and read of %d sandboxes through each of %d nodes in %s", count, nodes, time.Since(t1).Round(time.Millisecond))
+
+	t2 := time.Now()
+	var sample []string
+	for _, n := range cluster[1:] {
+		sample = append(sample, on[n.name][:min(samplePerNode, len(on[n.name]))]...)
+	}
+	for _, name := range sample {
+		sb, err := node(1).c.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, via := range cluster[1:] {
+			ptyVia(t, via, name, sb.Node)
+		}
+		previewEverywhere(t, name, sb.Node)
+	}
+	t.Logf("PTY and preview of %d sandboxes (%v) through each of %d nodes in %s", len(sample), sample, nodes, time.Since(t2).Round(time.Millisecond))
+}
+
+// ptyVia opens a terminal of sandbox name through node via, runs a command
+// on it and reads its output back, then deletes the terminal.
+func ptyVia(t *testing.T, via *clusterNode, name, on string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := "t-" + via.name
+	conn, err := via.c.AttachTerminal(ctx, name, id, 80, 24)
+	if err != nil {
+		t.Fatalf("PTY of %s (on %s) through %s: %v", name, on, via.name, err)
+	}
+	defer conn.CloseNow()
+	// The typed line does not hold the answer, so an echo of it does not
+	// count: only the shell's output does.
+	want := "pty-" + via.name + "-42"
+	if err := conn.Write(ctx, websocket.MessageBinary, []byte("echo pty-"+via.name+"-$((40+2))\n")); err != nil {
+		t.Fatalf("PTY of %s (on %s) through %s: write: %v", name, on, via.name, err)
+	}
+	var got strings.Builder
+	for !strings.Contains(got.String(), want) {
+		typ, b, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("PTY of %s (on %s) through %s: read (have %q): %v", name, on, via.name, got.String(), err)
+		}
+		if typ == websocket.MessageBinary {
+			got.Write(b)
+		}
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+	if err := via.c.DeleteTerminal(context.Background(), name, id); err != nil {
+		t.Errorf("delete terminal %s of %s through %s: %v", id, name, via.name, err)
+	}
+}
+
+// previewEverywhere serves a page from sandbox name (python3 -m
+// http.server on 127.0.0.1:8000, reached only through the agent), exposes
+// the port through node 1, and fetches the path-form preview URL through
+// every node's preview listener.
+func previewEverywhere(t *testing.T, name, on string) {
+	t.Helper()
+	ctx := context.Background()
+	page := "preview of " + name
+	if res := execVia(t, node(1), name, "mkdir -p /home/user/site && echo '"+page+"' > /home/user/site/index.html && "+
+		"cd /home/user/site && (nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &) && "+
+		"for i in $(seq 100); do python3 -c \"import urllib.request;urllib.request.urlopen('http://127.0.0.1:8000/')\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1"); res.ExitCode != 0 {
+		t.Fatalf("start http.server in %s (on %s): %+v", name, on, res)
+	}
+	p, err := node(1).c.ExposePort(ctx, name, api.ExposePortRequest{Port: 8000})
+	if err != nil {
+		t.Fatalf("expose port 8000 of %s (on %s) through n1: %v", name, on, err)
+	}
+	u, err := url.Parse(p.PathURL)
+	if err != nil || u.Path == "" {
+		t.Fatalf("expose of %s: path URL %q: %v", name, p.PathURL, err)
+	}
+	for _, via := range cluster[1:] {
+		target := "http://" + via.addr + ":7080" + u.RequestURI() + "index.html"
+		hc := &http.Client{Timeout: 30 * time.Second}
+		res, err := hc.Get(target)
+		if err != nil {
+			t.Fatalf("preview of %s (on %s) through %s: %v", name, on, via.name, err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), page) {
+			t.Fatalf("preview %s of %s (on %s) through %s: %s %q", target, name, on, via.name, res.Status, b)
+		}
+	}
 }

@@ -4,12 +4,16 @@ package cluster_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +31,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/pgtest"
 	"github.com/berth-sh/berth/internal/testdaemon"
 )
@@ -259,7 +264,14 @@ func startS3() error {
 	if err := os.MkdirAll(filepath.Join(s3Dir, "data"), 0o700); err != nil {
 		return err
 	}
-	logf, err := os.Create(filepath.Join(s3Dir, "versitygw.log"))
+	return launchS3(true)
+}
+
+// launchS3 starts versitygw on s3Dir's data and waits until it answers:
+// until it made the bucket (fresh), or sees the one it has.
+func launchS3(fresh bool) error {
+	bin := filepath.Join(binDir, "versitygw")
+	logf, err := os.OpenFile(filepath.Join(s3Dir, "versitygw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -277,7 +289,13 @@ func startS3() error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = mc.MakeBucket(ctx, s3Bucket, minio.MakeBucketOptions{})
+		if fresh {
+			err = mc.MakeBucket(ctx, s3Bucket, minio.MakeBucketOptions{})
+		} else if ok, e := mc.BucketExists(ctx, s3Bucket); e != nil || !ok {
+			err = fmt.Errorf("bucket %s exists: %v (%v)", s3Bucket, ok, e)
+		} else {
+			err = nil
+		}
 		cancel()
 		if err == nil {
 			return nil
@@ -287,6 +305,23 @@ func startS3() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// stopS3 stops versitygw (SIGTERM, SIGKILL after 10 s) and waits for it.
+func stopS3() {
+	if s3Cmd == nil || s3Cmd.Process == nil {
+		return
+	}
+	_ = s3Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s3Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = s3Cmd.Process.Kill()
+		<-done
+	}
+	s3Cmd = nil
 }
 
 // seedDir finds a data dir whose image store holds the base image, so the
@@ -399,18 +434,8 @@ func tearDown() {
 	for _, n := range cluster[1:] {
 		removeContainers(n, func(format string, args ...any) { fmt.Printf("teardown: "+format+"\n", args...) })
 	}
-	if s3Cmd != nil && s3Cmd.Process != nil {
-		_ = s3Cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { s3Cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = s3Cmd.Process.Kill()
-			<-done
-		}
-		os.RemoveAll(s3Dir)
-	}
+	stopS3()
+	os.RemoveAll(s3Dir)
 	if pg != nil {
 		if err := pg.Close(); err != nil {
 			fmt.Println("teardown: PostgreSQL:", err)
@@ -749,6 +774,15 @@ func create(t *testing.T, via *clusterNode, req api.CreateSandboxRequest) api.Sa
 	if err != nil {
 		t.Fatalf("create %s through %s: %v", req.Name, via.name, err)
 	}
+	destroyOnCleanup(t, via, req.Name)
+	return sb
+}
+
+// destroyOnCleanup destroys sandbox name when t ends, through its owner
+// when that node is up, else through any live node (via: the node that
+// created it, for a record no node has claimed).
+func destroyOnCleanup(t *testing.T, via *clusterNode, name string) {
+	req := api.CreateSandboxRequest{Name: name}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -770,6 +804,41 @@ func create(t *testing.T, via *clusterNode, req api.CreateSandboxRequest) api.Sa
 			t.Logf("destroy %s through %s: %v", req.Name, by.name, err)
 		}
 	})
+}
+
+// createPinned creates a sandbox on node n itself, past placement: the
+// test acts as the entry member that placed it there and sends the create
+// to n's node listener as a forwarded request (the cluster credential, the
+// hop mark), which n serves locally. It is destroyed when t ends.
+func createPinned(t *testing.T, n *clusterNode, req api.CreateSandboxRequest) api.Sandbox {
+	t.Helper()
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(req)
+	hr, _ := http.NewRequest(http.MethodPost, "http://"+n.addr+":7071"+forward.Prefix+"/"+string(forward.API)+"/v1/sandboxes", bytes.NewReader(body))
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	hr.Header.Set(forward.HeaderHop, "1")
+	hr.Header.Set(forward.HeaderKey, "1")
+	res, err := (&http.Client{Timeout: 2 * time.Minute}).Do(hr)
+	if err != nil {
+		t.Fatalf("create %s pinned on %s: %v", req.Name, n.name, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("create %s pinned on %s: %s: %s", req.Name, n.name, res.Status, b)
+	}
+	destroyOnCleanup(t, n, req.Name)
+	var sb api.Sandbox
+	if err := json.Unmarshal(b, &sb); err != nil {
+		t.Fatalf("create %s pinned on %s: %v: %s", req.Name, n.name, err, b)
+	}
+	if sb.Node != n.name {
+		t.Fatalf("create %s pinned on %s: it runs on %q", req.Name, n.name, sb.Node)
+	}
 	return sb
 }
 
