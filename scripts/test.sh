@@ -10,7 +10,8 @@
 #      namespaces, cgroups, overlayfs, btrfs quotas, nftables), and its
 #      core subset again with gVisor,
 #   3. the cluster suite (test/cluster: three nodes in network namespaces
-#      on one PostgreSQL and one versitygw; node loss, fencing, partition),
+#      on one PostgreSQL and one versitygw; spread, the E2B SDK across
+#      nodes, locality, node loss, fencing, partition, S3 down),
 #      the E2B SDK compatibility tests: the pinned npm SDKs (from
 #      test/compat/package-lock.json) against `berth serve`,
 #   4. a short run of each fuzz target (30 s each),
@@ -43,12 +44,14 @@ BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 40m -v ./test/i
 echo "==> integration tests under gVisor (core exec, files, egress)"
 BERTH_IT_ISOLATION=gvisor BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 10m -v \
   -run 'TestCreateByNameThenExec|TestFileRoundTrip100MB|TestSleepAndWakeKeepFiles|TestFilesAPIStaysInside|TestEgress' ./test/integration/
+# The pinned npm E2B SDKs: the cluster suite's TestE2BSDKCrossNode and the
+# compatibility tests use them.
+(cd test/compat && npm ci --no-audit --no-fund)
 echo "==> cluster tests (three nodes in network namespaces, one PostgreSQL, one versitygw)"
 # Seeds the nodes' images from the integration suite's data dir
 # (/var/tmp/berth-it) by hard links; versitygw is bin/versitygw from above.
 BERTH_BIN="$PWD/bin" go test -count=1 -tags cluster -timeout 15m -v ./test/cluster/
 echo "==> E2B SDK compatibility tests"
-(cd test/compat && npm ci --no-audit --no-fund)
 BERTH_BIN="$PWD/bin" go test -count=1 -tags compat -timeout 20m -v ./test/compat/
 echo "==> fuzz targets (30 s each)"
 go test -run='^$' -fuzz='^FuzzUnpack$' -fuzztime=30s -fuzzminimizetime=5s ./image/

@@ -5,9 +5,13 @@
 // run dir and user-namespace base. They share one PostgreSQL (the state
 // store, internal/pgtest) and one versitygw (the S3 blob store), both on
 // the hub's address in the root namespace. The tests drive the nodes
-// through the Go SDK and kill, stop and cut them off as a real cluster
-// would see. They need root and are built only with -tags cluster;
-// scripts/test.sh runs them after the integration suite.
+// through the Go SDK (TestE2BSDKCrossNode through the npm e2b SDK that
+// test/compat installs: `npm ci` there first; TestBenchCluster through
+// bin/berth) and kill, stop and cut them off as a real cluster would see.
+// The locality tests' negative control restarts node 1 with
+// BERTH_TEST_WEAKEN=locality (no image or chain term in its placer). They
+// need root and are built only with -tags cluster; scripts/test.sh runs
+// them after the integration suite.
 //
 // BERTH_IT_ID (one digit, default 0) names every resource, so the suite
 // runs beside the other suites and other checkouts' copies of itself:
