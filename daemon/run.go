@@ -225,6 +225,9 @@ func Run(ctx context.Context, cfg Config) error {
 		dcfg.Owns = cw.owns
 	}
 	objects := durable.NewHost(dcfg)
+	if cw != nil {
+		cw.evict = objects.Evict
+	}
 	if err := mgr.AttachObjects(objects); err != nil {
 		return err
 	}
