@@ -69,10 +69,8 @@ func main() {
 	socket := flag.String("socket", "/.berth/run/"+wire.SocketName, "unix socket to serve the agent API on")
 	defaultUser := flag.String("default-user", "user", "user for execs and new files when a request names none (root if the sandbox has no such user)")
 	version := flag.Bool("version", false, "print the version and exit")
-	// Test-only negative control (the daemon's BERTH_TEST_WEAKEN=fd-allowlist).
-	noFDCheck := flag.Bool("no-fd-check", false, "test only: do not check or close inherited descriptors")
-	// Test-only negative control (BERTH_TEST_WEAKEN=agent-log-cap).
-	noLogCap := flag.Bool("no-log-cap", false, "test only: do not cap the log file or truncate logged command lines")
+	// Negative-control flags, in a berthtest build only (testflags*.go).
+	noFDCheck, noLogCap := testFlags()
 	sudoSocket = flag.String("sudo-socket", agent.SudoSocket, "unix socket for sudo requests from inside the sandbox")
 	flag.Parse()
 	if *version {

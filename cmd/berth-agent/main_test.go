@@ -68,8 +68,10 @@ func buildAgent(t *testing.T) string {
 			return
 		}
 		agentBin = filepath.Join(dir, "berth-agent")
+		// berthtest: the negative controls pass --no-fd-check, which
+		// only that build has (testflags_berthtest.go).
 		cmd := exec.Command("go", "build", // go test puts its own GOROOT/bin first on PATH
-			"-ldflags", "-s -w -X main.Version=test-1.2.3", "-o", agentBin, ".")
+			"-tags", "berthtest", "-ldflags", "-s -w -X main.Version=test-1.2.3", "-o", agentBin, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
