@@ -306,6 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cw != nil && cw.isNode {
 		go fenceLoop(ctx, mgr, cfg.Member.Beat)
+		go cw.drainLoop(ctx, plane.Sleep, cfg.Member.Beat)
 	}
 	go func() { errc <- srv.Serve(server.LimitListener(ln, limits)) }()
 	go func() { errc <- psrv.Serve(server.LimitListener(pln, limits)) }()

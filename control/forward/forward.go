@@ -70,6 +70,30 @@ func refuseDown(_ context.Context, d Down) (bool, error) {
 		"sandbox %q runs on node %q, which cannot be reached (%v); retry later", d.Sandbox, d.Node, d.Cause)
 }
 
+// Mover moves sleeping sandboxes off draining nodes (berth node drain):
+// Sandbox calls it for a request, made at this node, for a sleeping
+// sandbox whose owner's entry is Draining (this node's own included).
+// Move returns the node that owns rec now; "" (or rec.Owner) leaves it
+// where it is, and the request goes to its owner, which is alive and
+// still serves it. An errdefs failed-precondition error says the record
+// changed since rec was read (it woke, or another member moved it first):
+// Sandbox reads it again and routes by what it finds. Any other error is
+// logged and the request goes to the owner.
+type Mover interface {
+	Move(ctx context.Context, rec store.Sandbox) (node string, err error)
+}
+
+// MoverFunc adapts a function to Mover.
+type MoverFunc func(ctx context.Context, rec store.Sandbox) (string, error)
+
+// Move implements Mover.
+func (f MoverFunc) Move(ctx context.Context, rec store.Sandbox) (string, error) { return f(ctx, rec) }
+
+// maxRoutes bounds how often Sandbox reads a record again after a move
+// (its own, or a racing one): a sandbox that keeps moving under a request
+// is routed by the last record read.
+const maxRoutes = 3
+
 // Face names the handler set a forwarded request is for on the owner.
 type Face string
 
@@ -121,6 +145,9 @@ type Config struct {
 	Placer Placer
 	// OwnerDown decides for unreachable owners; nil answers 503.
 	OwnerDown OwnerDown
+	// Mover moves sleeping sandboxes off draining owners; nil: a
+	// draining owner is proxied to like any other.
+	Mover Mover
 	// Staleness, when positive, treats an owner whose heartbeat is older
 	// (in the store's clock) as down without dialling it.
 	Staleness time.Duration
@@ -197,34 +224,75 @@ func (f *Forwarder) Self() string { return f.c.Self }
 // Sandbox routes a request for sandbox name (validated by the caller). It
 // reads the record on every call; see Outcome for what the face does next.
 // An error is the face's to answer (in its own format); nothing was
-// written.
+// written. A sleeping sandbox whose owner is draining is moved first (see
+// Mover) when the request was made here, not forwarded.
 func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string, rt Route) (Outcome, error) {
 	ctx := r.Context()
-	rec, err := f.c.Records.Get(ctx, name)
-	if err != nil {
-		if errdefs.IsKind(err, errdefs.ErrNotFound) {
-			return Missing, nil
+	for try := 0; ; try++ {
+		rec, err := f.c.Records.Get(ctx, name)
+		if err != nil {
+			if errdefs.IsKind(err, errdefs.ErrNotFound) {
+				return Missing, nil
+			}
+			return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
 		}
-		return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
-	}
-	owner := rec.Owner
-	if owner == "" || owner == f.c.Self {
-		return Local, nil
-	}
-	if id, ok := From(ctx); ok {
-		// A forwarded request is served here or refused, never sent on:
-		// the sandbox moved while it was in flight.
-		return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
-	}
-	n, down := f.node(ctx, owner)
-	if down != nil {
-		local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
-		if local && err == nil {
+		_, forwarded := From(ctx)
+		movable := f.c.Mover != nil && !forwarded && rec.State == api.StateSleeping && try < maxRoutes
+		owner := rec.Owner
+		if owner == "" {
 			return Local, nil
 		}
-		return Local, err
+		if owner == f.c.Self {
+			if movable {
+				if me, err := f.c.Nodes.GetNode(ctx, f.c.Self); err == nil && me.Draining {
+					if to, again := f.move(ctx, rec); again || (to != "" && to != f.c.Self) {
+						continue // route by the record the move left
+					}
+				}
+			}
+			return Local, nil
+		}
+		if id, ok := From(ctx); ok {
+			// A forwarded request is served here or refused, never sent on:
+			// the sandbox moved while it was in flight.
+			return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
+		}
+		n, down := f.node(ctx, owner)
+		if down != nil {
+			local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
+			if local && err == nil {
+				return Local, nil
+			}
+			return Local, err
+		}
+		if movable && n.Draining {
+			to, again := f.move(ctx, rec)
+			if to == f.c.Self {
+				return Local, nil
+			}
+			if again || to != "" {
+				continue
+			}
+		}
+		return f.proxy(w, r, name, n, rt, true)
 	}
-	return f.proxy(w, r, name, n, rt, true)
+}
+
+// move asks the Mover to move rec off its draining owner. It returns the
+// new owner ("" when the sandbox stays), or again when the record changed
+// under the move and must be read again.
+func (f *Forwarder) move(ctx context.Context, rec store.Sandbox) (to string, again bool) {
+	to, err := f.c.Mover.Move(ctx, rec)
+	switch {
+	case errdefs.IsKind(err, errdefs.ErrFailedPrecondition):
+		return "", true
+	case err != nil:
+		f.c.Logf("drain: sandbox %s stays on draining node %s for this request: %v", rec.Name, rec.Owner, err)
+		return "", false
+	case to == rec.Owner:
+		return "", false
+	}
+	return to, false
 }
 
 // Create routes a create: the Placer's node gets it unless that is this
