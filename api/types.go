@@ -225,6 +225,9 @@ type Health struct {
 	Status   string `json:"status"`
 	Version  string `json:"version"`
 	Protocol int    `json:"protocol,omitempty"` // agent protocol version
+	// Node is the name of the member that answered (a single host is a
+	// cluster of one): with several URLs, which is which.
+	Node string `json:"node,omitempty"`
 }
 
 // CheckShape refuses a request that names no command, names it twice

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -276,4 +277,25 @@ func (g clearGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("node URL %s://%s is plain http to a host that is not loopback: the cluster credential would cross the network in the clear (serve the node API with TLS, or give --node-insecure on a trusted network)", r.URL.Scheme, r.URL.Host)
 	}
 	return g.rt.RoundTrip(r)
+}
+
+// storeGate refuses every request but GET /v1/health while this member has
+// not written its heartbeat for longer than stale (since reports how long
+// ago it last did): the other members count it as dead by then and may be
+// taking its sandboxes over, so serving one here could make a second
+// owner. It answers at once with 503 instead of letting each request wait
+// for a state store that does not answer; the first heartbeat that gets
+// through opens it again.
+func storeGate(next http.Handler, self string, since func() time.Duration, stale time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" {
+			if d := since(); d > stale {
+				server.WriteError(w, errdefs.Unavailable(
+					"member %q has not reached the cluster's state store for %s (longer than --node-stale %s): the cluster counts it as dead, so it serves nothing until it reaches the store again; retry, or send the request to another member",
+					self, d.Round(time.Second), stale))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

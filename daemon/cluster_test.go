@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -188,5 +189,35 @@ func TestCheckCluster(t *testing.T) {
 	}
 	if err := (Config{}).checkCluster(); err != nil {
 		t.Fatalf("single host: %v", err)
+	}
+}
+
+// TestStoreGate: while the heartbeat has not gone out for longer than the
+// staleness bound every request but health is refused at once with 503
+// naming the member; within it they pass. Negative control: the same
+// requests pass when the heartbeat is fresh.
+func TestStoreGate(t *testing.T) {
+	var since time.Duration
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	g := storeGate(next, "n1", func() time.Duration { return since }, 5*time.Second)
+	for _, c := range []struct {
+		since time.Duration
+		path  string
+		want  int
+	}{
+		{time.Second, "/v1/sandboxes", http.StatusNoContent},
+		{6 * time.Second, "/v1/sandboxes", http.StatusServiceUnavailable},
+		{6 * time.Second, "/sandboxes", http.StatusServiceUnavailable},
+		{6 * time.Second, "/v1/health", http.StatusNoContent},
+	} {
+		since = c.since
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.path, nil))
+		if rec.Code != c.want {
+			t.Errorf("since %s %s: %d, want %d", c.since, c.path, rec.Code, c.want)
+		}
+		if rec.Code == http.StatusServiceUnavailable && !strings.Contains(rec.Body.String(), `member \"n1\"`) {
+			t.Errorf("refusal does not name the member: %s", rec.Body)
+		}
 	}
 }

@@ -42,22 +42,22 @@ func (c *NodeConfig) defaults() error {
 // startMembership writes this process's entry now and every heartbeat
 // from then on (a failure is logged, never fatal). addr is the node API's
 // advertised URL; "" while the process serves none (a single host).
-func startMembership(ctx context.Context, c NodeConfig, addr string, started time.Time, st store.Cluster, nd node.Node, logf func(string, ...any)) error {
+func startMembership(ctx context.Context, c NodeConfig, addr string, started time.Time, st store.Cluster, nd node.Node, logf func(string, ...any)) (*membership.Loop, error) {
 	roles, err := membership.ParseRole(c.Role)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	labels, err := membership.ParseLabels(c.Labels)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	loop, err := membership.New(st, nd, membership.Config{
 		Name: c.Name, Addr: addr, Roles: roles, Labels: labels, Interval: c.Beat, Stale: c.Stale, StartedAt: started, Logf: logf,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	loop.Start(ctx)
 	logf("node %q (roles %v): heartbeat every %s, stale after %s", c.Name, roles, c.Beat, c.Stale)
-	return nil
+	return loop, nil
 }

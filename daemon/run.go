@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/control"
@@ -268,7 +269,22 @@ func Run(ctx context.Context, cfg Config) error {
 	go e2bh.Run(ctx, time.Second)
 	weak := weaken.Off(weaken.HTTPGuard)
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
-	h := server.Guard(e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router}))),
+	var (
+		loop  atomic.Pointer[membership.Loop] // set once the first heartbeat went out
+		faces = e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router})))
+		pface = http.Handler(prox)
+	)
+	if cw != nil {
+		since := func() time.Duration {
+			if l := loop.Load(); l != nil {
+				return l.SinceWritten()
+			}
+			return 0
+		}
+		faces = storeGate(faces, cw.self, since, cfg.Member.Stale)
+		pface = storeGate(pface, cw.self, since, cfg.Member.Stale)
+	}
+	h := server.Guard(faces,
 		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak})
 	srv := server.NewHTTPServer("", h)
 	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.
@@ -279,7 +295,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Version, url, shownKey(key, isTerminal(os.Stderr)), filepath.Join(cfg.DataDir, "client.json"), url, url)
 	limits := server.ConnLimits{MaxConns: cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, Off: weak, Logf: logf}
 	logf("connections: at most %d, %d per client address; fd limit %d", orDefault(cfg.MaxConns, server.DefaultMaxConns), orDefault(cfg.MaxConnsPerIP, server.DefaultMaxConnsPerIP), nofile())
-	psrv := preview.NewServer("", prox)
+	psrv := preview.NewServer("", pface)
 	errc := make(chan error, 3)
 	var nsrv *nodeServer
 	nodeAddr := ""
@@ -289,7 +305,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// the requests other members forward to this node's sandboxes.
 		var recv http.Handler
 		if router != nil {
-			recv = forward.NewReceiver(forward.ReceiverConfig{Token: token, API: h, Preview: prox})
+			recv = forward.NewReceiver(forward.ReceiverConfig{Token: token, API: h, Preview: pface})
 		}
 		nsrv, err = newNodeServer(cfg.Node, nd, token, recv, limits, server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Weak: weak})
 		if err != nil {
@@ -301,9 +317,11 @@ func Run(ctx context.Context, cfg Config) error {
 		logf("node API serving on %s, advertised as %s (cluster credential in %s)", nsrv.url, nodeAddr, tokPath)
 		go func() { errc <- nsrv.serve() }()
 	}
-	if err := startMembership(ctx, cfg.Member, nodeAddr, started, st, nd, logf); err != nil {
+	l, err := startMembership(ctx, cfg.Member, nodeAddr, started, st, nd, logf)
+	if err != nil {
 		return err
 	}
+	loop.Store(l)
 	if cw != nil && cw.isNode {
 		go fenceLoop(ctx, mgr, cfg.Member.Beat)
 		go cw.drainLoop(ctx, plane.Sleep, cfg.Member.Beat)

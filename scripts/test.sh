@@ -9,7 +9,9 @@
 #   2. the integration suite against a real `berth serve` (runc,
 #      namespaces, cgroups, overlayfs, btrfs quotas, nftables), and its
 #      core subset again with gVisor,
-#   3. the E2B SDK compatibility tests: the pinned npm SDKs (from
+#   3. the cluster suite (test/cluster: three nodes in network namespaces
+#      on one PostgreSQL and one versitygw; node loss, fencing, partition),
+#      the E2B SDK compatibility tests: the pinned npm SDKs (from
 #      test/compat/package-lock.json) against `berth serve`,
 #   4. a short run of each fuzz target (30 s each),
 #   5. the adversarial suite (test/adversarial: escapes and DoS with
@@ -41,6 +43,10 @@ BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 40m -v ./test/i
 echo "==> integration tests under gVisor (core exec, files, egress)"
 BERTH_IT_ISOLATION=gvisor BERTH_BIN="$PWD/bin" go test -count=1 -tags integration -timeout 10m -v \
   -run 'TestCreateByNameThenExec|TestFileRoundTrip100MB|TestSleepAndWakeKeepFiles|TestFilesAPIStaysInside|TestEgress' ./test/integration/
+echo "==> cluster tests (three nodes in network namespaces, one PostgreSQL, one versitygw)"
+# Seeds the nodes' images from the integration suite's data dir
+# (/var/tmp/berth-it) by hard links; versitygw is bin/versitygw from above.
+BERTH_BIN="$PWD/bin" go test -count=1 -tags cluster -timeout 15m -v ./test/cluster/
 echo "==> E2B SDK compatibility tests"
 (cd test/compat && npm ci --no-audit --no-fund)
 BERTH_BIN="$PWD/bin" go test -count=1 -tags compat -timeout 20m -v ./test/compat/

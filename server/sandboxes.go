@@ -12,7 +12,7 @@ import (
 )
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.opts.Version})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.opts.Version, Node: s.opts.NodeName})
 	return nil
 }
 

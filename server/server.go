@@ -36,6 +36,8 @@ type Options struct {
 	// MaxBufferedOutput caps stdout and stderr each of a buffered exec
 	// (default 16 MiB); beyond it output is dropped and Truncated is set.
 	MaxBufferedOutput int64
+	// NodeName is this member's name, reported by GET /v1/health.
+	NodeName string
 	// Version is reported by GET /v1/health.
 	Version string
 	// Logf logs server-side failures (5xx, panics). Nil discards.
@@ -372,6 +374,10 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) {
 	}
 	writeError(rw, err)
 }
+
+// WriteError answers err as the API's error JSON with its status, for a
+// handler in front of the API (the daemon's cluster gate).
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
 
 func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, api.HTTPStatus(err), errorBody(w, err))

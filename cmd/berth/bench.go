@@ -12,11 +12,16 @@ import (
 	"github.com/berth-sh/berth/client"
 )
 
-// runBench is a variable so tests can check the flag wiring.
-var runBench = bench.Run
+// runBench and runClusterBench are variables so tests can check the flag
+// wiring.
+var (
+	runBench        = bench.Run
+	runClusterBench = bench.RunCluster
+)
 
 func (a *app) benchCmd() *cobra.Command {
 	var o bench.Options
+	var members []string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure berth against plain runc and docker on this host",
@@ -33,9 +38,34 @@ Examples:
   berth bench
   berth bench --n 100 --json > bench.json
   berth bench --n 20 --snapshots
-  berth bench --n 10 --burst 100     # also: 100 sandboxes at once, then their idle footprint`,
+  berth bench --n 10 --burst 100     # also: 100 sandboxes at once, then their idle footprint
+
+With --cluster it measures a cluster instead, through the API URLs of its
+members (the same API key for all): exec through the member that runs the
+sandbox and through another (interleaved; the cross-node cost is their
+p50 difference), time to interactive when placement chose the member the
+create was sent to and when it chose another, and creates per second with
+--burst creates at once spread over the members (default 3 per member).
+Default instance there: lite.
+
+  berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120,http://127.0.0.1:7130 --n 30`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
+			if len(members) > 0 {
+				if len(members) < 2 {
+					return fmt.Errorf("--cluster needs the API URLs of at least two members, got %d", len(members))
+				}
+				var nodes []*client.Client
+				for _, u := range members {
+					c, err := client.Load(a.dataDir, u, a.apiKey)
+					if err != nil {
+						return err
+					}
+					nodes = append(nodes, c)
+				}
+				return runClusterBench(cmd.Context(), nodes, o, a.stdout)
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -49,6 +79,7 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
+	f.StringSliceVar(&members, "cluster", nil, "measure a cluster through these members' API URLs (comma-separated, at least two; the API key from --api-key)")
 	f.IntVar(&o.N, "n", 50, "samples per figure")
 	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
 	f.BoolVar(&o.Snapshots, "snapshots", false, "add the snapshot scenario: snapshot, restore and fork-10 of a 200 MB / 10k-file workspace, beside tar | zstd")

@@ -36,9 +36,9 @@ Every berth process is a node of its cluster (a single host is a cluster
 of one): it writes its entry (capacity, what is committed, images and
 snapshot layers held, isolation backends, labels) on start and every
 --node-heartbeat, and 'berth node ls' lists the entries. A node silent for
-longer than --node-stale is stale and takes no new sandboxes. --role is
-only recorded in the entry for now: every process still serves both the
-control plane and its sandboxes; the split comes with cluster mode.
+longer than --node-stale is stale and takes no new sandboxes. With
+--role control a member serves the API but runs no sandboxes (placement
+skips it, and it takes over none); --role node runs them.
 
 The API listens on loopback by default. Listening on another address
 exposes it to that network, protected only by the API key.
@@ -59,13 +59,28 @@ node API), under a cluster credential that is not the API key (the
 --cluster-token-file). Beyond loopback it needs TLS (--node-tls-cert and
 --node-tls-key) or an explicit --node-insecure.
 
+Cluster mode (--cluster with --s3-endpoint) makes this process one member
+of a cluster: any member answers for any sandbox, forwarding to the node
+that runs it over that node's --node-listen (required for the node role),
+and creates are placed on the member that scores best (image and snapshot
+layers held, free capacity, creates in flight). Every member needs the
+same --api-key-file and --cluster-token-file. A sandbox whose node is
+silent past --node-stale moves to the member its next request reaches and
+wakes there from its last sleep (in a cluster every sleep persists to S3);
+its changes since then and its processes are lost. A member that comes
+back after that stops its stale containers without writing. Try it on one
+machine with scripts/cluster.sh up.
+
 Examples:
   sudo berth serve
   sudo berth serve --listen 127.0.0.1:8080 --data /srv/berth
   sudo berth serve --subnet 10.99.0.0/16 --runtime /usr/local/bin/runc
   sudo BERTH_S3_ACCESS_KEY=... BERTH_S3_SECRET_KEY=... berth serve --s3-endpoint https://s3.example.com --s3-bucket snaps
   sudo berth serve --cluster 'postgres://berth@db.internal:5432/berth?sslmode=verify-full'   # password in root's ~/.pgpass
-  sudo berth serve --node-name worker-1 --node-label zone=eu-1 --node-label disk=ssd`,
+  sudo berth serve --node-name worker-1 --node-label zone=eu-1 --node-label disk=ssd
+  sudo BERTH_CLUSTER_DSN=... berth serve --node-name n2 --listen 10.0.0.12:7070 --node-listen 10.0.0.12:7071 \
+    --node-tls-cert node.pem --node-tls-key node-key.pem --node-ca ca.pem --s3-endpoint https://s3.internal \
+    --api-key-file /etc/berth/api-key --cluster-token-file /etc/berth/cluster-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.DataDir = client.DataDir(a.dataDir)
@@ -113,7 +128,7 @@ Examples:
 	f.BoolVar(&cfg.Node.Insecure, "node-insecure", false, "allow the node API in plain HTTP beyond loopback (a trusted network, or TLS ended in front of berth)")
 	f.StringVar(&cfg.RequestLog, "request-log", "all", "request log lines on stderr (method, route, status, duration, sandbox, tenant, request id): all, errors or off")
 	f.StringVar(&cfg.Member.Name, "node-name", "", "this node's name in its cluster (default: the host name, lower-cased)")
-	f.StringVar(&cfg.Member.Role, "role", "all", "roles recorded in this node's entry: all, control or node (recorded only: every process still serves both)")
+	f.StringVar(&cfg.Member.Role, "role", "all", "this member's roles: all, control (the API only: runs no sandboxes) or node")
 	f.StringArrayVar(&cfg.Member.Labels, "node-label", nil, "label KEY=VALUE on this node for placement constraints (repeatable; the sandbox label rule)")
 	f.DurationVar(&cfg.Member.Beat, "node-heartbeat", 2*time.Second, "how often this node rewrites its entry; must be under half of --node-stale")
 	f.DurationVar(&cfg.Member.Stale, "node-stale", 10*time.Second, "a node whose last heartbeat is older than this is stale: it takes no new sandboxes")

@@ -48,7 +48,8 @@ type Loop struct {
 	mu       sync.Mutex
 	last     node.Info // the last Info that succeeded
 	haveLast bool
-	failures int // heartbeats failed in a row
+	failures int       // heartbeats failed in a row
+	written  time.Time // when an entry was last written (this process's clock)
 }
 
 // New checks c (name, roles, labels, timing) and returns its loop.
@@ -193,6 +194,9 @@ func (l *Loop) turn(ctx context.Context) time.Duration {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if written {
+		l.written = time.Now()
+	}
 	if err == nil {
 		if l.failures > 0 {
 			l.cfg.Logf("membership: heartbeat of node %q recovered after %d failed", l.cfg.Name, l.failures)
@@ -214,6 +218,19 @@ func (l *Loop) turn(ctx context.Context) time.Duration {
 		wait *= 2
 	}
 	return min(wait, l.cfg.Interval)
+}
+
+// SinceWritten is how long ago, on this process's monotonic clock, the
+// loop last wrote the entry (by Start or Run); the whole run when it never
+// did. Past the staleness bound the others count this node as dead, and it
+// must act as if it were (the daemon then refuses work).
+func (l *Loop) SinceWritten() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.written.IsZero() {
+		return time.Since(l.cfg.StartedAt)
+	}
+	return time.Since(l.written)
 }
 
 // Failures is how many heartbeats have failed in a row.

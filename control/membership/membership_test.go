@@ -219,11 +219,20 @@ func TestFailingStoreIsRetriedAndLogged(t *testing.T) {
 	if n := l.Failures(); failLines == 0 || failLines >= n {
 		t.Fatalf("%d failures logged in %d lines, want fewer lines than failures: %q", n, failLines, lg.all())
 	}
+	// Never written: SinceWritten counts from the start and keeps growing.
+	s1 := l.SinceWritten()
+	time.Sleep(20 * time.Millisecond)
+	if s2 := l.SinceWritten(); s2 <= s1 {
+		t.Fatalf("SinceWritten while failing: %s then %s, want growing", s1, s2)
+	}
 	fl.set(false)
 	waitFor(t, "the entry after recovery", func() bool {
 		_, err := st.GetNode(ctx, "n1")
 		return err == nil && l.Failures() == 0
 	})
+	if d := l.SinceWritten(); d > time.Second {
+		t.Fatalf("SinceWritten after recovery: %s, want under an interval or so", d)
+	}
 	waitFor(t, "the recovery's log line", func() bool {
 		for _, line := range lg.all() {
 			if strings.Contains(line, "recovered after") {

@@ -51,6 +51,7 @@ type Server struct {
 	// Set only for a server this package started.
 	dir      string // temp dir: data/, sock/, log, pwfile
 	bin      string // .../postgresql/NN/bin
+	host     string // listen_addresses: one IPv4 address
 	port     int
 	uid, gid int
 	cmd      *exec.Cmd
@@ -94,7 +95,7 @@ func Shared(t testing.TB) *Server {
 			shared.skip = why
 			return
 		}
-		shared.srv, shared.err = start()
+		shared.srv, shared.err = start(Options{})
 	})
 	if shared.skip != "" {
 		skip(t, shared.skip)
@@ -120,7 +121,7 @@ func Start(t testing.TB) *Server {
 	if why := cannotStart(); why != "" {
 		skip(t, why)
 	}
-	s, err := start()
+	s, err := start(Options{})
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
@@ -232,8 +233,68 @@ func sweepStale() {
 	}
 }
 
+// Options say where a server started by Launch listens and whom it lets
+// in. The zero value is what Start gives: loopback only.
+type Options struct {
+	// Host is the one IPv4 address the server listens on (default
+	// 127.0.0.1); the port is picked free on it. It must exist on this
+	// machine (a bridge's address, say), since the port is probed there.
+	Host string
+	// Clients are the CIDRs (besides loopback) allowed to connect, with
+	// the password as everywhere: a suite whose daemons run in network
+	// namespaces lists their addresses here.
+	Clients []string
+}
+
+// Launch starts a server of the caller's own as Start does, for code that
+// has no testing.TB (a TestMain): the caller ends it with Close. It fails
+// when this process cannot start one (not root, no PostgreSQL installed).
+func Launch(o Options) (*Server, error) {
+	if why := cannotStart(); why != "" {
+		return nil, errors.New(why)
+	}
+	return start(o)
+}
+
+// Close stops a server from Launch and removes its data dir.
+func (s *Server) Close() error {
+	if !s.Local() {
+		return nil
+	}
+	err := s.Stop()
+	os.RemoveAll(s.dir)
+	return err
+}
+
+// CreateDB creates the empty database name (letters, digits and _) and
+// returns its DSN; the caller drops it, or it goes with the server.
+func (s *Server) CreateDB(ctx context.Context, name string) (string, error) {
+	for _, r := range name {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return "", fmt.Errorf("database name %q: want lower-case letters, digits and _", name)
+		}
+	}
+	if err := s.admin(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return s.DSN(name), nil
+}
+
 // start makes a data dir with initdb and runs the server on a free port.
-func start() (*Server, error) {
+func start(o Options) (*Server, error) {
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if ip := net.ParseIP(o.Host); ip == nil || ip.To4() == nil {
+		return nil, fmt.Errorf("pgtest: host %q is not an IPv4 address", o.Host)
+	}
+	var hba strings.Builder
+	for _, c := range o.Clients {
+		if _, _, err := net.ParseCIDR(c); err != nil {
+			return nil, fmt.Errorf("pgtest: client range %q: %w", c, err)
+		}
+		fmt.Fprintf(&hba, "host all all %s scram-sha-256\n", c)
+	}
 	sweepStale()
 	bin, err := binDir()
 	if err != nil {
@@ -251,7 +312,7 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, bin: bin, uid: uid, gid: gid}
+	s := &Server{dir: dir, bin: bin, host: o.Host, uid: uid, gid: gid}
 	ok := false
 	defer func() {
 		if !ok {
@@ -280,13 +341,26 @@ func start() (*Server, error) {
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	os.Remove(pwfile)
-	s.base = &url.URL{Scheme: "postgres", User: url.UserPassword("postgres", password), Path: "/postgres"}
-	for try := 0; ; try++ {
-		s.port, err = freePort()
+	if hba.Len() > 0 {
+		f, err := os.OpenFile(filepath.Join(dir, "data", "pg_hba.conf"), os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			return nil, err
 		}
-		s.base.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		_, err = f.WriteString(hba.String())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pgtest: pg_hba.conf: %w", err)
+		}
+	}
+	s.base = &url.URL{Scheme: "postgres", User: url.UserPassword("postgres", password), Path: "/postgres"}
+	for try := 0; ; try++ {
+		s.port, err = freePort(o.Host)
+		if err != nil {
+			return nil, err
+		}
+		s.base.Host = net.JoinHostPort(o.Host, strconv.Itoa(s.port))
 		if err = s.Start(); err == nil || try == 2 {
 			break
 		}
@@ -298,8 +372,8 @@ func start() (*Server, error) {
 	return s, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
@@ -328,7 +402,7 @@ func (s *Server) Start() error {
 	// and Pdeathsig ends it even when the test binary is killed.
 	// Durability is off: the data dies with the test.
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"),
-		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses="+s.host, "-p", strconv.Itoa(s.port),
 		"-c", "unix_socket_directories="+filepath.Join(s.dir, "sock"),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
