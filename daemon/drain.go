@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/store"
@@ -144,6 +145,32 @@ func (w *clusterWiring) logOnce(rec store.Sandbox, format string, args ...any) {
 	w.mu.Unlock()
 	if !seen {
 		w.logf(format, args...)
+	}
+}
+
+// drainingWake is local.Config.MayWake in cluster mode: while this node
+// drains, a sleeping sandbox is not woken here for a forwarded request
+// that its entry node can send again (forward.RefuseMoving): the entry
+// moves it off this node instead. This is the request that was proxied
+// while the sandbox still ran and reached it after the drain slept it;
+// under steady traffic, waking it here would never let it go. Every other
+// wake (a request made here, one the entry cannot resend, a sandbox that
+// cannot move, which the entry then sends without the mark) goes ahead.
+func drainingWake(st interface {
+	GetNode(ctx context.Context, name string) (store.Node, error)
+}, self string) func(ctx context.Context, rec store.Sandbox) error {
+	return func(ctx context.Context, rec store.Sandbox) error {
+		if _, ok := forward.From(ctx); !ok {
+			return nil
+		}
+		n, err := st.GetNode(ctx, self)
+		if err != nil || !n.Draining {
+			return nil
+		}
+		if !forward.RefuseMoving(ctx) {
+			return nil
+		}
+		return errdefs.Unavailable("sandbox %q is moving off draining node %q: the node the request entered at sends it to the new owner", rec.Name, self)
 	}
 }
 

@@ -3,6 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/store"
 	"github.com/berth-sh/berth/store/sqlite"
@@ -246,5 +250,59 @@ func TestDrainerSleepsRunningSandboxes(t *testing.T) {
 	local := &drainer{self: "n1", st: st, sleep: sleep, shared: false, batch: drainBatch, logf: t.Logf}
 	if got := local.turn(ctx); len(got) != 0 {
 		t.Fatalf("no shared blobs, slept %v", got)
+	}
+}
+
+// TestDrainingWakeRefusesReplayable: on a draining node a forwarded
+// request that its entry can send again does not wake a sleeping
+// sandbox: the answer is 503 marked moving (X-Berth-Forward-Moving), for
+// the entry to move the sandbox. Negative controls: not draining, or a
+// request the entry cannot resend, wakes it as before; so does a request
+// that was not forwarded at all.
+func TestDrainingWakeRefusesReplayable(t *testing.T) {
+	st := clusterStore(t)
+	joinNodes(t, st, "", "n2")
+	guard := drainingWake(st, "n2")
+	rec := persisted("a", "n2")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := guard(r.Context(), rec); err != nil {
+			w.WriteHeader(api.HTTPStatus(err))
+			w.Write([]byte(err.Error()))
+			return
+		}
+		w.Write([]byte("woke"))
+	})
+	srv := httptest.NewServer(forward.NewReceiver(forward.ReceiverConfig{Token: "tok", API: h}))
+	t.Cleanup(srv.Close)
+	do := func(replay bool) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+forward.Prefix+"/api/v1/sandboxes/a/exec", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set(forward.HeaderHop, "1")
+		if replay {
+			req.Header.Set("X-Berth-Forward-Replay", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("X-Berth-Forward-Moving"), string(b)
+	}
+	if code, mark, body := do(true); code != 200 || mark != "" {
+		t.Fatalf("not draining: %d %q %s, want it woken", code, mark, body)
+	}
+	if err := st.SetNodeDraining(context.Background(), "n2", true); err != nil {
+		t.Fatal(err)
+	}
+	if code, mark, body := do(true); code != http.StatusServiceUnavailable || mark != "1" || !strings.Contains(body, "moving off draining node") {
+		t.Fatalf("draining, resendable: %d %q %s, want 503 marked moving", code, mark, body)
+	}
+	if code, mark, body := do(false); code != 200 || mark != "" {
+		t.Fatalf("draining, not resendable: %d %q %s, want it woken", code, mark, body)
+	}
+	if err := guard(context.Background(), rec); err != nil {
+		t.Fatalf("a request made here: %v, want it woken", err)
 	}
 }

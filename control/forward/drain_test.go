@@ -3,6 +3,9 @@ package forward_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -205,5 +208,82 @@ func TestDrainMoveRaces(t *testing.T) {
 	}
 	if calls := m2.calls(); len(calls) != 1 || calls[0] != "own" {
 		t.Fatalf("n2's mover asked for %v, want [own]", calls)
+	}
+}
+
+// staleFirst is Records that answers the first Get for a name with the
+// record as it was before (running), then the store's: the entry read the
+// sandbox running and the drain slept it before the owner served the
+// request.
+type staleFirst struct {
+	forward.Records
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *staleFirst) Get(ctx context.Context, name string) (store.Sandbox, error) {
+	rec, err := s.Records.Get(ctx, name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	if err == nil && !s.seen[name] {
+		s.seen[name] = true
+		rec.State = api.StateRunning
+	}
+	return rec, err
+}
+
+// TestDrainOwnerRefusesReplayable: a request the entry proxied to a
+// draining owner for a sandbox it read running, which the owner finds
+// asleep, is refused by the owner (it would wake it on a node that is
+// being emptied) and the entry moves the sandbox and serves it, with the
+// whole body. Negative control: a body the entry cannot hold (no length)
+// is served by the owner itself, as before.
+func TestDrainOwnerRefusesReplayable(t *testing.T) {
+	c := newCluster(t)
+	m := &mover{c: c, to: "n1"}
+	n1 := c.add("n1", forward.Config{Mover: m})
+	n1.fwd = forward.New(forward.Config{Self: "n1", Token: clusterToken, Records: &staleFirst{Records: c.st}, Nodes: c.st, Mover: m})
+	n2 := c.add("n2", forward.Config{Mover: &mover{c: c, to: "n1"}})
+	body := func(n *node) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			w.Write([]byte(n.name + ":" + string(b)))
+		})
+	}
+	n1.local, n2.local = body(n1), body(n2)
+	c.drain("n2", true)
+	post := func(name string, r io.Reader) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", n1.user.URL+"/sb/"+name+"/exec", r)
+		req.Header.Set("Authorization", "Bearer key-t")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d: %s", name, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+
+	c.ownIn("a", "n2", api.StateSleeping)
+	if got := post("a", strings.NewReader(`{"command":"true"}`)); got != `n1:{"command":"true"}` {
+		t.Fatalf("replayable request: answered %q, want n1 with the whole body", got)
+	}
+	if rec, _ := c.st.Get(context.Background(), "a"); rec.Owner != "n1" || n2.served.Load() != 0 {
+		t.Fatalf("owner %q, n2 served %d: want the sandbox moved to n1 and n2 serving nothing", rec.Owner, n2.served.Load())
+	}
+
+	c.ownIn("b", "n2", api.StateSleeping)
+	if got := post("b", io.MultiReader(strings.NewReader(`{"command":"true"}`))); got != `n2:{"command":"true"}` {
+		t.Fatalf("unbounded body: answered %q, want n2 serving it", got)
+	}
+	if rec, _ := c.st.Get(context.Background(), "b"); rec.Owner != "n2" {
+		t.Fatalf("owner %q, want n2", rec.Owner)
 	}
 }

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -228,6 +229,7 @@ func (f *Forwarder) Self() string { return f.c.Self }
 // Mover) when the request was made here, not forwarded.
 func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string, rt Route) (Outcome, error) {
 	ctx := r.Context()
+	var replay *replayBody // set once the request was made resendable
 	for try := 0; ; try++ {
 		rec, err := f.c.Records.Get(ctx, name)
 		if err != nil {
@@ -236,23 +238,32 @@ func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string,
 			}
 			return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
 		}
-		_, forwarded := From(ctx)
-		movable := f.c.Mover != nil && !forwarded && rec.State == api.StateSleeping && try < maxRoutes
+		id, forwarded := From(ctx)
+		sleeping := f.c.Mover != nil && rec.State == api.StateSleeping
 		owner := rec.Owner
 		if owner == "" {
 			return Local, nil
 		}
 		if owner == f.c.Self {
-			if movable {
-				if me, err := f.c.Nodes.GetNode(ctx, f.c.Self); err == nil && me.Draining {
-					if to, again := f.move(ctx, rec); again || (to != "" && to != f.c.Self) {
-						continue // route by the record the move left
-					}
+			switch {
+			case !sleeping || (forwarded && !id.Replayable) || try >= maxRoutes || !f.selfDraining(ctx):
+			case forwarded:
+				// The entry read the sandbox running and can send the
+				// request again: it moves the sandbox instead of waking
+				// it here, on a node that is being emptied.
+				RefuseMoving(ctx)
+				return Local, errdefs.Unavailable("sandbox %q is moving off draining node %q; node %q sends the request on", name, f.c.Self, id.Entry)
+			default:
+				if to, again := f.move(ctx, rec); again || (to != "" && to != f.c.Self) {
+					continue // route by the record the move left
 				}
+			}
+			if replay != nil {
+				replay.rewind(r)
 			}
 			return Local, nil
 		}
-		if id, ok := From(ctx); ok {
+		if forwarded {
 			// A forwarded request is served here or refused, never sent on:
 			// the sandbox moved while it was in flight.
 			return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
@@ -261,22 +272,98 @@ func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string,
 		if down != nil {
 			local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
 			if local && err == nil {
+				if replay != nil {
+					replay.rewind(r)
+				}
 				return Local, nil
 			}
 			return Local, err
 		}
-		if movable && n.Draining {
-			to, again := f.move(ctx, rec)
-			if to == f.c.Self {
-				return Local, nil
-			}
-			if again || to != "" {
-				continue
+		resend := false
+		if f.c.Mover != nil && n.Draining && try < maxRoutes {
+			if sleeping {
+				to, again := f.move(ctx, rec)
+				if to == f.c.Self {
+					if replay != nil {
+						replay.rewind(r)
+					}
+					return Local, nil
+				}
+				if again || to != "" {
+					continue
+				}
+			} else if try < maxRoutes-1 {
+				// Running on a draining node: proxied, but resendable if
+				// it can be, in case the drain sleeps the sandbox before
+				// the owner serves the request (the owner then refuses it
+				// as moving, and the next round moves it).
+				if replay == nil {
+					replay = newReplay(r)
+				}
+				resend = replay.ok
 			}
 		}
-		return f.proxy(w, r, name, n, rt, true)
+		if replay != nil {
+			replay.rewind(r)
+		}
+		out, err := f.proxy(w, r, name, n, rt, true, resend)
+		if errors.Is(err, errMoving) {
+			continue
+		}
+		return out, err
 	}
 }
+
+// selfDraining reports whether this node's own entry is draining.
+func (f *Forwarder) selfDraining(ctx context.Context) bool {
+	me, err := f.c.Nodes.GetNode(ctx, f.c.Self)
+	return err == nil && me.Draining
+}
+
+// maxReplayBody bounds the request body an entry node holds in memory to
+// be able to send a request to a draining owner again.
+const maxReplayBody = 1 << 20
+
+// replayBody is a request body the entry holds whole, so the request can
+// be sent again (ok false: it cannot be, the body is unbounded or large).
+type replayBody struct {
+	ok  bool
+	buf []byte
+	has bool // the request has a body at all
+}
+
+// newReplay reads r's body into memory when it is small and of known
+// length.
+func newReplay(r *http.Request) *replayBody {
+	if r.Body == nil || r.Body == http.NoBody {
+		return &replayBody{ok: true}
+	}
+	if r.ContentLength < 0 || r.ContentLength > maxReplayBody {
+		return &replayBody{}
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength+1))
+	if err != nil || int64(len(buf)) != r.ContentLength {
+		// The client's body failed or lied about its length: hand what
+		// was read back, unreplayable, and let the owner see the rest.
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+		return &replayBody{}
+	}
+	return &replayBody{ok: true, buf: buf, has: true}
+}
+
+// rewind gives r its body from the start again.
+func (b *replayBody) rewind(r *http.Request) {
+	if b.ok && b.has {
+		r.Body = io.NopCloser(bytes.NewReader(b.buf))
+	}
+}
+
+// errMoving is a draining owner's refusal of a replayable request for its
+// own sleeping sandbox (headerMoving).
+var errMoving = errors.New("the owner is moving the sandbox off itself (draining)")
 
 // move asks the Mover to move rec off its draining owner. It returns the
 // new owner ("" when the sandbox stays), or again when the record changed
@@ -315,7 +402,7 @@ func (f *Forwarder) Create(w http.ResponseWriter, r *http.Request, req api.Creat
 	if down != nil {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, down, "placement chose node %q for the new sandbox, which cannot be reached (%v); retry", node, down)
 	}
-	return f.proxy(w, r, req.Name, n, rt, false)
+	return f.proxy(w, r, req.Name, n, rt, false, false)
 }
 
 // node returns the owner's entry, or why it counts as down.
@@ -349,17 +436,21 @@ type state struct {
 	sandbox string
 	rt      Route
 	body    *trackedBody
+	resend  bool  // the entry can send the request again (headerReplay)
 	err     error // the proxy failed before any answer was written
 }
 
 type stateKey struct{}
 
-func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned bool) (Outcome, error) {
+// proxy sends r to node n. resend says the caller can send it again (its
+// body is held whole): the request then says so to the owner, and the
+// owner's moving refusal comes back as errMoving with nothing written.
+func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned, resend bool) (Outcome, error) {
 	base, err := url.Parse(n.Addr)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return Local, errdefs.Unavailable("node %q has a bad address %q in its entry", n.Name, n.Addr)
 	}
-	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt}
+	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt, resend: resend}
 	in := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	if r.Body != nil && r.Body != http.NoBody {
 		st.body = &trackedBody{rc: r.Body}
@@ -371,6 +462,9 @@ func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string
 	}
 	if r.Context().Err() != nil {
 		return Proxied, nil // the client left; nobody to answer
+	}
+	if errors.Is(st.err, errMoving) {
+		return Local, errMoving
 	}
 	if !owned {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q, chosen for the new sandbox, cannot be reached (%v); retry", n.Name, st.err)
@@ -420,6 +514,9 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 	if st.rt.KeyVerified {
 		h.Set(HeaderKey, "1")
 	}
+	if st.resend {
+		h.Set(headerReplay, "1")
+	}
 	if id := reqinfo.ID(in.Context()); id != "" {
 		h.Set(reqinfo.Header, id)
 	}
@@ -429,6 +526,14 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 // credential, a bad path: marked with headerRefused) into a proxy error,
 // so the user sees "node X refused", not a 401 that reads as their key.
 func (f *Forwarder) modifyResponse(resp *http.Response) error {
+	if resp.Header.Get(headerMoving) != "" {
+		if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil && st.resend {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			return errMoving
+		}
+		resp.Header.Del(headerMoving) // never shown to a client
+	}
 	if resp.Header.Get(headerRefused) == "" {
 		return nil
 	}
@@ -448,6 +553,10 @@ func (e errRefused) Error() string {
 
 func (f *Forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := r.Context().Value(stateKey{}).(*state)
+	if errors.Is(err, errMoving) {
+		st.err = errMoving
+		return
+	}
 	if r.Context().Err() == nil {
 		f.c.Logf("forward %s %s to node %s: %v", r.Method, r.URL.Path, st.node, err)
 	}

@@ -63,6 +63,11 @@ func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.RunD
 // a.mu. On failure everything started is torn down again and the sandbox
 // is marked failed (its writable layer is kept; the next request retries).
 func (m *Manager) start(ctx context.Context, a *actor) (err error) {
+	if a.rec.State == api.StateSleeping && m.cfg.MayWake != nil {
+		if err := m.cfg.MayWake(ctx, a.rec); err != nil {
+			return err
+		}
+	}
 	// A start runs to completion even if the request that caused it is
 	// cancelled: other callers may be waiting on the same actor.
 	base := context.WithoutCancel(ctx)
