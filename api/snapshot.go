@@ -1,11 +1,19 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
 
 // Persist modes for a sandbox's files across sleep.
 const (
 	PersistNone = "none" // the writable layer stays on this host's disk only
 	PersistDisk = "disk" // on sleep it is also snapshotted to the blob store
+	// PersistInterval is disk plus a checkpoint of the running sandbox's
+	// files every PersistEvery, which bounds what the loss of its node
+	// costs (in a cluster it wakes elsewhere from the newest checkpoint).
+	PersistInterval = "interval"
 )
 
 // SnapshotRequest takes a snapshot of a sandbox. TTL is a Go duration
@@ -91,4 +99,28 @@ type RestoreBackupResult struct {
 	Dir   string `json:"dir"`
 	Files int64  `json:"files"`
 	Bytes int64  `json:"bytes"`
+}
+
+// Bounds of PersistEvery: a checkpoint freezes the sandbox for a moment
+// and uploads its changed files, so not more often than every 10 s.
+const (
+	MinPersistEvery = 10 * time.Second
+	MaxPersistEvery = 24 * time.Hour
+)
+
+// ParsePersistEvery checks a create's persist mode and checkpoint period
+// together: the period is required with PersistInterval, refused with any
+// other mode, and bounded. It returns the period (0 without interval).
+func ParsePersistEvery(persist, every string) (time.Duration, error) {
+	if persist != PersistInterval {
+		if every != "" {
+			return 0, errdefs.InvalidArgument("persistEvery %q goes with persist %q only (persist is %q)", every, PersistInterval, persist)
+		}
+		return 0, nil
+	}
+	d, err := time.ParseDuration(every)
+	if every == "" || err != nil || d < MinPersistEvery || d > MaxPersistEvery {
+		return 0, errdefs.InvalidArgument("persist %q needs persistEvery, a duration between %s and %s like \"10m\"; got %q", PersistInterval, MinPersistEvery, MaxPersistEvery, every)
+	}
+	return d, nil
 }

@@ -40,8 +40,13 @@ type CreateSandboxRequest struct {
 	// Snapshot starts a new sandbox from a snapshot (its files over the
 	// snapshot's base image). Ignored for an existing sandbox.
 	Snapshot string `json:"snapshot,omitempty"`
-	// Persist is "none" (default) or "disk": see PersistDisk.
+	// Persist is "none" (default), "disk" or "interval": see PersistDisk
+	// and PersistInterval.
 	Persist string `json:"persist,omitempty"`
+	// PersistEvery is the checkpoint period of persist "interval" (a
+	// duration between 1m and 24h, like "10m"); required with it, refused
+	// without it.
+	PersistEvery string `json:"persistEvery,omitempty"`
 	// Network is the egress policy; when set, its Internet overrides the
 	// Internet field above. It applies at once to a running sandbox.
 	Network *NetworkPolicy `json:"network,omitempty"`
@@ -79,8 +84,12 @@ type Sandbox struct {
 	OOMKilled   bool              `json:"oomKilled,omitempty"`
 	Snapshot    string            `json:"snapshot,omitempty"` // the snapshot it started from
 	Persist     string            `json:"persist,omitempty"`
-	Network     *NetworkPolicy    `json:"network,omitempty"`
-	Isolation   string            `json:"isolation,omitempty"`
+	// PersistEvery is the checkpoint period of persist "interval", and
+	// LastCheckpoint when the newest checkpoint was taken.
+	PersistEvery   string         `json:"persistEvery,omitempty"`
+	LastCheckpoint *time.Time     `json:"lastCheckpoint,omitempty"`
+	Network        *NetworkPolicy `json:"network,omitempty"`
+	Isolation      string         `json:"isolation,omitempty"`
 	// Node is the node that runs (or last ran) the sandbox: its owner in
 	// a cluster, the local node's name on a single host.
 	Node string `json:"node,omitempty"`

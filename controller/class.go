@@ -35,10 +35,12 @@ type Spec struct {
 	Network     *api.NetworkPolicy `json:"network,omitempty"`
 	Isolation   string             `json:"isolation,omitempty"`
 	Persist     string             `json:"persist,omitempty"`
-	Env         map[string]string  `json:"env,omitempty"`
-	Labels      map[string]string  `json:"labels,omitempty"`
-	SleepAfter  time.Duration      `json:"sleepAfter"`
-	KeepAlive   bool               `json:"keepAlive,omitempty"`
+	// PersistEvery is the checkpoint period of persist "interval".
+	PersistEvery time.Duration     `json:"persistEvery,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	SleepAfter   time.Duration     `json:"sleepAfter"`
+	KeepAlive    bool              `json:"keepAlive,omitempty"`
 }
 
 // Options configure the class.
@@ -131,11 +133,16 @@ func (s *Sandbox) create(ctx context.Context, req api.CreateSandboxRequest) (Cre
 		Persist: req.Persist, Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 		KeepAlive: req.KeepAlive != nil && *req.KeepAlive,
 	}
+	every, err := api.ParsePersistEvery(req.Persist, req.PersistEvery)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	spec.PersistEvery = every
 	o := spec.startOptions()
 	if spec.Snapshot != "" {
 		o.Snapshot = &durable.SnapshotHandle{ID: spec.Snapshot}
 	}
-	err := s.start(ctx, spec, o)
+	err = s.start(ctx, spec, o)
 	st, serr := s.st.Container.Status(ctx)
 	if serr != nil {
 		return CreateResult{}, serr
@@ -387,6 +394,9 @@ func specFrom(sb api.Sandbox, sleepAfter time.Duration, keepAlive bool) Spec {
 		Internet: sb.Internet, Network: sb.Network, Isolation: sb.Isolation, Persist: sb.Persist,
 		Env: sb.Env, Labels: sb.Labels, SleepAfter: sleepAfter, KeepAlive: keepAlive,
 	}
+	if sb.PersistEvery != "" {
+		sp.PersistEvery, _ = time.ParseDuration(sb.PersistEvery)
+	}
 	if sb.Instance == "custom" {
 		r := sb.Resources
 		sp.Resources = &r
@@ -398,7 +408,7 @@ func specFrom(sb api.Sandbox, sleepAfter time.Duration, keepAlive bool) Spec {
 func (sp Spec) startOptions() durable.StartOptions {
 	o := durable.StartOptions{
 		Image: sp.Image, Instance: sp.Instance, Internet: sp.Internet, Env: sp.Env, Labels: sp.Labels,
-		Network: sp.Network, Isolation: sp.Isolation, Persist: sp.Persist,
+		Network: sp.Network, Isolation: sp.Isolation, Persist: sp.Persist, PersistEvery: sp.PersistEvery,
 		SleepAfter: sp.SleepAfter, KeepAlive: sp.KeepAlive, SelfSleep: true,
 	}
 	if sp.Resources != nil {

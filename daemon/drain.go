@@ -79,7 +79,7 @@ func (w *clusterWiring) pinned(ctx context.Context, rec store.Sandbox) string {
 	switch {
 	case !w.sharedBlobs:
 		return "this cluster has no shared blob store (--s3-endpoint), so its files cannot leave the node"
-	case rec.Persist != api.PersistDisk:
+	case !persistsFiles(rec):
 		return "it was created with persist " + orNone(rec.Persist) + ", so its files cannot leave the node"
 	case rec.PersistSnapshot == "":
 		return "it has no persisted snapshot yet"
@@ -109,6 +109,12 @@ func lastSleepPersisted(j []store.JournalEntry) bool {
 		}
 	}
 	return ok
+}
+
+// persistsFiles reports whether rec's sleeps copy its files to the blob
+// store (persist disk, or interval, which adds checkpoints while it runs).
+func persistsFiles(rec store.Sandbox) bool {
+	return rec.Persist == api.PersistDisk || rec.Persist == api.PersistInterval
 }
 
 func orNone(s string) string {
@@ -251,7 +257,7 @@ func (d *drainer) turn(ctx context.Context) []string {
 		case api.StateRunning, api.StateStarting:
 			running++
 			switch {
-			case r.Persist != api.PersistDisk:
+			case !persistsFiles(r):
 				if !d.skipped[r.Name] {
 					d.skipped[r.Name] = true
 					d.logf("drain: sandbox %s stays running on node %s: it was created with persist %s, so its files cannot leave the node", r.Name, d.self, orNone(r.Persist))

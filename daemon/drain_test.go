@@ -95,6 +95,13 @@ func TestMoveOffDrainingNode(t *testing.T) {
 		t.Fatalf("second move with a stale read: want failed precondition, got %v", err)
 	}
 
+	// persist interval sleeps to the blob store as disk does: it moves.
+	iv := persisted("iv", "n2")
+	iv.Persist = api.PersistInterval
+	if to, err := w.moveOff(ctx, putRec(t, st, iv)); err != nil || to != "n1" {
+		t.Fatalf("move of a persist-interval sandbox: %q %v", to, err)
+	}
+
 	// A control-only member asks placement.
 	ctl := &clusterWiring{self: "c1", isNode: false, st: st, logf: t.Logf, placer: pl, sharedBlobs: true}
 	rec = putRec(t, st, persisted("b", "n2"))

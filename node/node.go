@@ -115,9 +115,12 @@ type StartOptions struct {
 	// Isolation is api.IsolationRunc or api.IsolationGVisor; "" is the
 	// platform's default. Chosen at creation.
 	Isolation string `json:"isolation,omitempty"`
-	// Persist is api.PersistDisk to copy the files off the host at every
+	// Persist is api.PersistDisk (or api.PersistInterval, which also
+	// checkpoints a running sandbox every PersistEvery) to copy the files off the host at every
 	// sleep; "" is api.PersistNone. Chosen at creation.
 	Persist string `json:"persist,omitempty"`
+	// PersistEvery is the checkpoint period of api.PersistInterval.
+	PersistEvery time.Duration `json:"persistEvery,omitempty"`
 	// SleepAfter is the inactivity timeout (0: the platform's 10m) and
 	// KeepAlive turns it off.
 	SleepAfter time.Duration `json:"sleepAfter,omitempty"`

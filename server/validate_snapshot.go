@@ -148,8 +148,9 @@ func validateCreateSnapshot(req *api.CreateSandboxRequest) error {
 		}
 	}
 	switch req.Persist {
-	case "", api.PersistNone, api.PersistDisk:
-		return nil
+	case "", api.PersistNone, api.PersistDisk, api.PersistInterval:
+		_, err := api.ParsePersistEvery(req.Persist, req.PersistEvery)
+		return err
 	}
-	return errdefs.InvalidArgument("invalid persist %q: want %q or %q", req.Persist, api.PersistNone, api.PersistDisk)
+	return errdefs.InvalidArgument("invalid persist %q: want %q, %q or %q", req.Persist, api.PersistNone, api.PersistDisk, api.PersistInterval)
 }

@@ -37,11 +37,16 @@ type Sandbox struct {
 	// wake never needs the snapshot records, which may have expired).
 	Snapshot string
 	Chain    []Layer
-	// Persist is api.PersistNone or api.PersistDisk. With disk, every
+	// Persist is api.PersistNone, api.PersistDisk or api.PersistInterval
+	// (disk plus checkpoints while running). With disk, every
 	// sleep snapshots the upper to the blob store (PersistSnapshot), so a
 	// host without the local layer can wake the sandbox from it.
 	Persist         string
 	PersistSnapshot string
+	// PersistEvery is the checkpoint period of api.PersistInterval, and
+	// LastCheckpoint when the newest checkpoint was stored.
+	PersistEvery   time.Duration `json:",omitempty"`
+	LastCheckpoint time.Time     `json:",omitempty"`
 
 	// RunID names the current run of the compute (a new one each start);
 	// preview URLs are bound to the run they were made in.

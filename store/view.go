@@ -30,6 +30,13 @@ func (r Sandbox) View() api.Sandbox {
 		t := r.SleepAt
 		s.SleepAt = &t
 	}
+	if r.PersistEvery > 0 {
+		s.PersistEvery = r.PersistEvery.String()
+	}
+	if !r.LastCheckpoint.IsZero() {
+		t := r.LastCheckpoint
+		s.LastCheckpoint = &t
+	}
 	return s
 }
 

@@ -60,6 +60,7 @@ Examples:
   berth sandbox create ci-1 --image node --env NODE_ENV=test --label team=ci
   berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000
   berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk
+  berth sandbox create job-7 --persist interval --persist-every 5m   # a node's loss costs at most 5 min of files
   berth sandbox create agent-9 --allow api.github.com --allow '*.pypi.org' \
     --inject 'host=api.github.com,header=Authorization,secret=github,prefix=Bearer'
 
@@ -125,7 +126,8 @@ without --internet only allowed hosts are reachable; secrets named by
 	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot's files (see 'berth snapshot ls')")
 	f.StringVar(&req.Isolation, "isolation", "", "runc (default) or gvisor: gVisor's user-space kernel between the sandbox and the host")
 	pf.register(cmd)
-	f.StringVar(&req.Persist, "persist", "", "none or disk: with disk, each sleep also snapshots its files to the blob store (default none)")
+	f.StringVar(&req.Persist, "persist", "", "none, disk or interval: with disk, each sleep also snapshots its files to the blob store; interval also checkpoints them every --persist-every while it runs (default none; disk in a cluster)")
+	f.StringVar(&req.PersistEvery, "persist-every", "", "with --persist interval: the checkpoint period (10s to 24h, like 10m)")
 	return cmd
 }
 

@@ -41,6 +41,9 @@ func request(name string, o durable.StartOptions) api.CreateSandboxRequest {
 	internet, keep := o.Internet, o.KeepAlive
 	req := api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Internet: &internet,
 		Env: o.Env, Labels: o.Labels, Network: o.Network, Isolation: o.Isolation, Persist: o.Persist, KeepAlive: &keep}
+	if o.PersistEvery > 0 {
+		req.PersistEvery = o.PersistEvery.String()
+	}
 	if o.Resources != nil {
 		req.Resources = &api.Resources{VCPU: o.Resources.VCPU, MemoryMiB: o.Resources.MemoryMiB, DiskMB: o.Resources.DiskMB}
 	}

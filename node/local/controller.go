@@ -409,9 +409,18 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			a.rec.Persist = api.PersistNone
 		case api.PersistDisk:
 			a.rec.Persist = api.PersistDisk
+		case api.PersistInterval:
+			a.rec.Persist = api.PersistInterval
 		default:
-			return api.Sandbox{}, false, errdefs.InvalidArgument("persist must be %q or %q, got %q", api.PersistNone, api.PersistDisk, req.Persist)
+			m.drop(a)
+			return api.Sandbox{}, false, errdefs.InvalidArgument("persist must be %q, %q or %q, got %q", api.PersistNone, api.PersistDisk, api.PersistInterval, req.Persist)
 		}
+		every, err := api.ParsePersistEvery(a.rec.Persist, req.PersistEvery)
+		if err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
+		a.rec.PersistEvery = every
 		if req.Snapshot != "" {
 			if err := validSnapshotID(req.Snapshot); err != nil {
 				return api.Sandbox{}, false, err

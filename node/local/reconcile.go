@@ -265,6 +265,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) {
 		actors = append(actors, a)
 	}
 	m.mu.Unlock()
+	var due []*actor // checkpoints (persist interval), taken off this loop
 	for _, a := range actors {
 		// Skip actors busy with a lifecycle operation; the next tick
 		// sees them again.
@@ -294,7 +295,16 @@ func (m *Manager) tick(ctx context.Context, now time.Time) {
 				m.cfg.Logf("sandbox %s: %v", a.name, err)
 			}
 		}
+		if checkpointDue(a.rec, now) {
+			due = append(due, a)
+		}
 		a.mu.Unlock()
+	}
+	for _, a := range due {
+		// An upload takes a while; it must not hold up the idle checks
+		// of every other sandbox. checkpoint takes the actor's lock
+		// itself, so one runs per sandbox at a time.
+		go m.checkpoint(ctx, a, now)
 	}
 	m.fireDue(ctx, now)
 	if m.ownHost {

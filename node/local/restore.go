@@ -75,7 +75,7 @@ func (m *Manager) snapshotLowers(ctx context.Context, rec *store.Sandbox) ([]str
 // = disk). Failure is reported but loses nothing: the local layer stays.
 // Callers hold a.mu, with the container already stopped.
 func (m *Manager) persist(ctx context.Context, a *actor) error {
-	if a.rec.Persist != api.PersistDisk || m.snapshotsReady() != nil {
+	if !persistsFiles(a.rec) || m.snapshotsReady() != nil {
 		return nil
 	}
 	dir, release, freeze, err := m.freezeCopy(ctx, a)
@@ -179,4 +179,50 @@ func validSnapshotID(id string) error {
 		return errdefs.InvalidArgument("invalid snapshot id %q", id)
 	}
 	return nil
+}
+
+// persistsFiles reports whether rec's files are copied to the blob store
+// at every sleep (persist disk or interval).
+func persistsFiles(rec store.Sandbox) bool {
+	return rec.Persist == api.PersistDisk || rec.Persist == api.PersistInterval
+}
+
+// checkpointDue reports whether a running sandbox with persist interval
+// is due for a checkpoint at now. A sandbox this node has not seen
+// checkpoint yet counts from its start.
+func checkpointDue(rec store.Sandbox, now time.Time) bool {
+	if rec.Persist != api.PersistInterval || rec.PersistEvery <= 0 || rec.State != api.StateRunning {
+		return false
+	}
+	from := rec.LastCheckpoint
+	if from.Before(rec.StartedAt) {
+		from = rec.StartedAt
+	}
+	return !now.Before(from.Add(rec.PersistEvery))
+}
+
+// checkpoint persists a running sandbox's files now without stopping it
+// (persist interval): the same snapshot a sleep takes, taken during a
+// brief freeze, recorded as the sandbox's PersistSnapshot so that a wake
+// on any node starts from it. A failure is logged and retried at the next
+// period; nothing is lost (the local layer stays).
+func (m *Manager) checkpoint(ctx context.Context, a *actor, now time.Time) {
+	if !a.mu.TryLock() {
+		return // busy with a lifecycle operation: the next tick retries
+	}
+	defer a.mu.Unlock()
+	if a.deleted || !a.exists || !checkpointDue(a.rec, now) {
+		return
+	}
+	t0 := time.Now()
+	err := m.persist(ctx, a)
+	a.rec.LastCheckpoint = now.UTC() // also after a failure: retry a period later, not every tick
+	if serr := m.save(ctx, a); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		m.cfg.Logf("sandbox %s: checkpoint: %v (next in %s)", a.name, err, a.rec.PersistEvery)
+		return
+	}
+	m.journal(ctx, a.name, "checkpoint", fmt.Sprintf("%s in %s", a.rec.PersistSnapshot, time.Since(t0).Round(time.Millisecond)))
 }
