@@ -99,6 +99,9 @@ type clusterWiring struct {
 	st     stateStore
 	stale  time.Duration
 	logf   func(string, ...any)
+	// evict drops a durable object's instance here (durable.Host.Evict);
+	// set once the object host exists.
+	evict func(durable.Address)
 
 	// For moving sandboxes off draining nodes (drain.go), set by
 	// newForwarder: where placement puts one, and whether the blob store
@@ -107,6 +110,7 @@ type clusterWiring struct {
 	sharedBlobs bool
 
 	mu     sync.Mutex
+	epochs map[string]int64 // object lease key -> the epoch this member last held it at
 	logged map[string]int64 // logOnce: the record version last logged per sandbox
 }
 
@@ -167,11 +171,54 @@ func (w *clusterWiring) owns(ctx context.Context, a durable.Address) (bool, erro
 			return false, err
 		}
 	}
-	_, err := w.st.AcquireLease(ctx, "object/"+a.Class+"/"+a.ID, w.self, w.objectLeaseTTL())
+	key := objectLeaseKey(a.Class, a.ID)
+	l, err := w.st.AcquireLease(ctx, key, w.self, w.objectLeaseTTL())
 	if errdefs.IsKind(err, errdefs.ErrAlreadyExists) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	w.leaseHeld(a, key, l.Epoch)
+	return true, nil
+}
+
+// objectLeaseKey is the lease a durable object lives under in a cluster.
+func objectLeaseKey(class, id string) string { return "object/" + class + "/" + id }
+
+// objectHolder is forward.Config.ObjectHolder: the member holding object
+// (class, id)'s lease, taking it here when it is free. When this member
+// takes a lease whose epoch moved since it last held it, another member
+// held the object in between, so the instance this process may still keep
+// in memory is evicted before it serves (its Storage is current; its
+// memory may not be).
+func (w *clusterWiring) objectHolder(ctx context.Context, class, id string) (string, error) {
+	key := objectLeaseKey(class, id)
+	l, err := w.st.AcquireLease(ctx, key, w.self, w.objectLeaseTTL())
+	if errdefs.IsKind(err, errdefs.ErrAlreadyExists) {
+		return l.Holder, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	w.leaseHeld(durable.Address{Class: class, ID: id}, key, l.Epoch)
+	return w.self, nil
+}
+
+// leaseHeld records the epoch this member holds key at, evicting the
+// local instance when the epoch moved since it last held it.
+func (w *clusterWiring) leaseHeld(addr durable.Address, key string, epoch int64) {
+	w.mu.Lock()
+	last, seen := w.epochs[key]
+	if w.epochs == nil {
+		w.epochs = map[string]int64{}
+	}
+	w.epochs[key] = epoch
+	w.mu.Unlock()
+	if seen && last != epoch && w.evict != nil {
+		w.evict(addr)
+		w.logf("object %s/%s: lease back at epoch %d (held elsewhere since epoch %d): its instance here was dropped, the next call rebuilds it from storage", addr.Class, addr.ID, epoch, last)
+	}
 }
 
 // fenceLoop runs Fence every interval until ctx ends: a node that was
@@ -253,11 +300,12 @@ func newForwarder(cfg Config, token string, st stateStore, placer forward.Placer
 	w.placer, w.sharedBlobs = placer, cfg.Blobs.S3Endpoint != ""
 	return forward.New(forward.Config{
 		Self: cfg.Member.Name, Token: token, Records: st, Nodes: st, Placer: placer,
-		OwnerDown: forward.OwnerDownFunc(w.ownerDown),
-		Mover:     forward.MoverFunc(w.moveOff),
-		Staleness: cfg.Member.Stale,
-		Transport: clearGuard{rt: tr, insecure: cfg.Node.Insecure},
-		Logf:      w.logf,
+		OwnerDown:    forward.OwnerDownFunc(w.ownerDown),
+		Mover:        forward.MoverFunc(w.moveOff),
+		ObjectHolder: w.objectHolder,
+		Staleness:    cfg.Member.Stale,
+		Transport:    clearGuard{rt: tr, insecure: cfg.Node.Insecure},
+		Logf:         w.logf,
 	}), nil
 }
 

@@ -221,3 +221,46 @@ func TestStoreGate(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectHolderEvictsWhenTheLeaseComesBack: the first member to call an
+// object takes its lease and serves it; the others see it as the holder.
+// When the lease lapses and another member takes it, and it later comes
+// back, the first member drops its in-memory instance before serving
+// (another member wrote to the object's storage in between). Negative
+// control: a renewal at the same epoch evicts nothing.
+func TestObjectHolderEvictsWhenTheLeaseComesBack(t *testing.T) {
+	ctx := context.Background()
+	st := clusterStore(t)
+	var evicted []durable.Address
+	n1 := &clusterWiring{self: "n1", isNode: true, st: st, stale: 50 * time.Millisecond, logf: t.Logf,
+		evict: func(a durable.Address) { evicted = append(evicted, a) }}
+	n2 := &clusterWiring{self: "n2", isNode: true, st: st, stale: 50 * time.Millisecond, logf: t.Logf}
+	holder := func(w *clusterWiring) string {
+		t.Helper()
+		h, err := w.objectHolder(ctx, "Counter", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if h := holder(n1); h != "n1" {
+		t.Fatalf("first call through n1: holder %q", h)
+	}
+	if h := holder(n2); h != "n1" {
+		t.Fatalf("call through n2 while n1 holds it: holder %q", h)
+	}
+	if h := holder(n1); h != "n1" || len(evicted) != 0 {
+		t.Fatalf("renewal: holder %q, evicted %v (want none)", h, evicted)
+	}
+	time.Sleep(80 * time.Millisecond) // n1's lease lapses
+	if h := holder(n2); h != "n2" {
+		t.Fatalf("after the lapse n2 takes it: holder %q", h)
+	}
+	time.Sleep(80 * time.Millisecond)
+	if h := holder(n1); h != "n1" {
+		t.Fatalf("back to n1: holder %q", h)
+	}
+	if len(evicted) != 1 || evicted[0] != (durable.Address{Class: "Counter", ID: "a"}) {
+		t.Fatalf("evicted %v, want Counter/a once", evicted)
+	}
+}

@@ -157,9 +157,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		logf("policy: %s (%d allowed images, %d tenants)", cfg.PolicyFile, len(pol.Images), len(pol.Tenants))
 	}
-	if err := cfg.checkCluster(); err != nil {
-		return err
-	}
 	// The state store opens first: in a cluster the preview proxy and
 	// the API faces forward by its records.
 	st, err := openStore(ctx, cfg, logf)
@@ -167,6 +164,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	if err := cfg.checkCluster(); err != nil {
+		return err
+	}
 	var (
 		mgr     *local.Manager
 		host    *localNode
@@ -225,6 +225,9 @@ func Run(ctx context.Context, cfg Config) error {
 		dcfg.Owns = cw.owns
 	}
 	objects := durable.NewHost(dcfg)
+	if cw != nil {
+		cw.evict = objects.Evict
+	}
 	if err := mgr.AttachObjects(objects); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,5 +318,34 @@ func TestEviction(t *testing.T) {
 	}
 	if built < 2 {
 		t.Fatalf("constructor ran %d times; eviction did not drop the object", built)
+	}
+}
+
+// TestEvictRebuildsFromStorage: Evict drops the instance (Live falls to 0)
+// and the next call constructs it again, from its Storage.
+func TestEvictRebuildsFromStorage(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "state.db"))
+	h := durable.NewHost(durable.Config{Store: st})
+	built := 0
+	if err := h.Register("Counter", (*Counter)(nil), func(s *durable.State) (any, error) {
+		built++
+		return &Counter{st: s}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call(t, h, "ev", "Add", `{"n":2}`); err != nil {
+		t.Fatal(err)
+	}
+	h.Evict(durable.Address{Class: "Counter", ID: "ev"})
+	h.Evict(durable.Address{Class: "Counter", ID: "never-built"}) // a no-op
+	if h.Live() != 0 {
+		t.Fatalf("%d live after Evict", h.Live())
+	}
+	out, err := call(t, h, "ev", "Add", `{"n":3}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built != 2 || !strings.Contains(string(out), "5") {
+		t.Fatalf("built %d times, answer %s; want 2 and a total of 5 (from storage)", built, out)
 	}
 }

@@ -329,6 +329,26 @@ func (h *Host) evictIdle() {
 	}
 }
 
+// Evict drops the instance at addr from memory, waiting for a call in
+// progress to end; the next call constructs it again from its Storage. In
+// a cluster the daemon evicts an object whose lease came back to this
+// host after another held it: what this instance kept in memory may be
+// older than what the other wrote to Storage.
+func (h *Host) Evict(addr Address) {
+	h.mu.Lock()
+	in, ok := h.live[addr]
+	if ok {
+		delete(h.live, addr)
+	}
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	in.mu.Lock()
+	in.evicted = true
+	in.mu.Unlock()
+}
+
 // Live is the number of instances in memory.
 func (h *Host) Live() int {
 	h.mu.Lock()

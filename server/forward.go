@@ -7,6 +7,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/control/forward"
+	"github.com/berth-sh/berth/durable"
 )
 
 // Routes the router places rather than follows: a create names a sandbox
@@ -14,6 +15,7 @@ import (
 const (
 	createPattern      = "POST /v1/sandboxes"
 	getOrCreatePattern = "PUT /v1/sandboxes/{name}"
+	objectCallPattern  = "POST /v1/objects/{class}/{id}/{method}"
 )
 
 // forward asks the router where a request goes, after authentication and
@@ -27,6 +29,20 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, pattern string)
 	var out forward.Outcome
 	var err error
 	switch name := r.PathValue("name"); {
+	case pattern == objectCallPattern:
+		class, id := r.PathValue("class"), r.PathValue("id")
+		if class == durable.BuiltinSandboxClass {
+			// A sandbox's controller object lives where the sandbox does.
+			if ValidateSandboxName(id) != nil {
+				return false
+			}
+			out, err = s.opts.Forward.Sandbox(w, r, id, rt)
+			if out == forward.Missing {
+				out = forward.Local // the route answers "no such sandbox"
+			}
+		} else {
+			out, err = s.opts.Forward.Object(w, r, class, id, rt)
+		}
 	case pattern == createPattern:
 		req, ok := s.peekCreate(r, "")
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,8 +82,15 @@ func (n *node) face(w http.ResponseWriter, r *http.Request) {
 		ctx = policy.WithTenant(ctx, t)
 	}
 	r = r.WithContext(reqinfo.With(ctx, &reqinfo.Info{ID: "req_fixed" + n.name}))
-	name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/sb/"), "/")
-	out, err := n.fwd.Sandbox(w, r, name, forward.Route{Face: forward.API, KeepAuthorization: r.Header.Get("X-Keep") == "1"})
+	var out forward.Outcome
+	var err error
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/obj/"); ok {
+		class, id, _ := strings.Cut(rest, "/")
+		out, err = n.fwd.Object(w, r, class, id, forward.Route{Face: forward.API})
+	} else {
+		name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/sb/"), "/")
+		out, err = n.fwd.Sandbox(w, r, name, forward.Route{Face: forward.API, KeepAuthorization: r.Header.Get("X-Keep") == "1"})
+	}
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(api.HTTPStatus(err))
@@ -600,4 +609,46 @@ type placerFunc func(ctx context.Context, req api.CreateSandboxRequest) (string,
 
 func (f placerFunc) Place(ctx context.Context, req api.CreateSandboxRequest) (string, error) {
 	return f(ctx, req)
+}
+
+// TestObjectCallsGoToTheLeaseHolder: a durable object's call is served by
+// the member its holder function names: here when that is this member,
+// proxied when it is another; a forwarded call that reaches a member
+// which no longer holds the object is refused "moved", never sent on; a
+// holder that cannot be looked up is 503.
+func TestObjectCallsGoToTheLeaseHolder(t *testing.T) {
+	c := newCluster(t)
+	var mu sync.Mutex
+	holders := map[string]string{"Counter/a": "n2", "Counter/b": "n1"}
+	holder := func(_ context.Context, class, id string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		h, ok := holders[class+"/"+id]
+		if !ok {
+			return "", errors.New("store down")
+		}
+		return h, nil
+	}
+	for _, name := range []string{"n1", "n2"} {
+		c.add(name, forward.Config{ObjectHolder: holder})
+	}
+	resp, b := do(t, "POST", c.nodes["n1"].user.URL+"/obj/Counter/a", "Authorization", "Bearer key-t1")
+	if s := decodeSeen(t, resp, b); s.Node != "n2" || !s.Forwarded {
+		t.Fatalf("object held by n2, called through n1: %+v", s)
+	}
+	resp, b = do(t, "POST", c.nodes["n1"].user.URL+"/obj/Counter/b", "Authorization", "Bearer key-t1")
+	if s := decodeSeen(t, resp, b); s.Node != "n1" || s.Forwarded {
+		t.Fatalf("object held here: %+v", s)
+	}
+	// The lease moved to n1 while a call forwarded to n2 was in flight.
+	resp, b = do(t, "POST", c.nodes["n2"].nodeL.URL+forward.Prefix+"/api/obj/Counter/b",
+		"Authorization", "Bearer "+clusterToken, forward.HeaderHop, "1", "X-Berth-Forward-Entry", "n3")
+	if e := decodeErr(t, resp, b, http.StatusServiceUnavailable); !strings.Contains(e.Message, "moved") {
+		t.Fatalf("forwarded to a member that lost the object: %+v", e)
+	}
+	resp, b = do(t, "POST", c.nodes["n1"].user.URL+"/obj/Counter/unknown", "Authorization", "Bearer key-t1")
+	decodeErr(t, resp, b, http.StatusServiceUnavailable)
+	if c.nodes["n2"].served.Load() != 1 || c.nodes["n1"].served.Load() != 1 {
+		t.Fatalf("served: n1 %d, n2 %d; want 1 each", c.nodes["n1"].served.Load(), c.nodes["n2"].served.Load())
+	}
 }

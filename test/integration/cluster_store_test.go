@@ -67,7 +67,10 @@ func TestClusterStore(t *testing.T) {
 		}
 	})
 	env := []string{"BERTH_CLUSTER_DSN=" + dsn}
-	if d, err = startDaemon(env); err != nil {
+	// A cluster member that runs sandboxes serves the node API (other
+	// members forward to it).
+	nodeListen := freePort()
+	if d, err = startDaemon(env, "--node-listen", nodeListen); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := d.c.GetOrCreate(ctx, api.CreateSandboxRequest{Name: "it-pg"}); err != nil {
@@ -83,7 +86,7 @@ func TestClusterStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.stop()
-	if d, err = startDaemon(env); err != nil {
+	if d, err = startDaemon(env, "--node-listen", nodeListen); err != nil {
 		t.Fatal(err)
 	}
 	if sb, err := d.c.Get(ctx, "it-pg"); err != nil || sb.State != api.StateSleeping {
@@ -120,7 +123,15 @@ func TestClusterStore(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := d.c.Get(ctx, "it-pg")
+	// A member that missed heartbeats past --node-stale refuses work
+	// until its next heartbeat gets through: a short pause, not an error.
+	var sb api.Sandbox
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		sb, err = d.c.Get(ctx, "it-pg")
+		if !errdefs.IsKind(err, errdefs.ErrUnavailable) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || sb.State != api.StateRunning {
 		t.Fatalf("after PostgreSQL came back: %+v %v (the refused sleep must not be recorded)", sb, err)
 	}
