@@ -5,7 +5,9 @@
 #
 # BERTH_BUILD_TAGS=berthtest (set by scripts/test.sh, never by up.sh or a
 # release) builds berth with its test-only switches (internal/weaken) and
-# failpoints (internal/failpoint); without it they compile to no-ops.
+# failpoints (internal/failpoint), and berth-agent with the negative-control
+# flags those switches pass it (--no-fd-check, --no-log-cap); without it
+# they compile to no-ops and the flags do not exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -13,7 +15,7 @@ tags=(-tags "${BERTH_BUILD_TAGS:-}")
 version="$(git describe --always --dirty 2>/dev/null || echo dev)"
 mkdir -p bin
 echo "==> building berth-agent (static)"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=${version}" -o bin/berth-agent ./cmd/berth-agent
+CGO_ENABLED=0 go build -trimpath "${tags[@]}" -ldflags "-s -w -X main.Version=${version}" -o bin/berth-agent ./cmd/berth-agent
 echo "==> building berth${BERTH_BUILD_TAGS:+ (tags: $BERTH_BUILD_TAGS)}"
 go build -trimpath "${tags[@]}" -ldflags "-X github.com/berth-sh/berth/daemon.Version=${version}" -o bin/berth ./cmd/berth
 runc_version="$(go list -m -f '{{.Version}}' github.com/opencontainers/runc)"

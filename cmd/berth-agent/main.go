@@ -69,10 +69,8 @@ func main() {
 	socket := flag.String("socket", "/.berth/run/"+wire.SocketName, "unix socket to serve the agent API on")
 	defaultUser := flag.String("default-user", "user", "user for execs and new files when a request names none (root if the sandbox has no such user)")
 	version := flag.Bool("version", false, "print the version and exit")
-	// Test-only negative control (the daemon's BERTH_TEST_WEAKEN=fd-allowlist).
-	noFDCheck := flag.Bool("no-fd-check", false, "test only: do not check or close inherited descriptors")
-	// Test-only negative control (BERTH_TEST_WEAKEN=agent-log-cap).
-	noLogCap := flag.Bool("no-log-cap", false, "test only: do not cap the log file or truncate logged command lines")
+	// Negative-control flags, in a berthtest build only (testflags*.go).
+	noFDCheck, noLogCap := testFlags()
 	sudoSocket = flag.String("sudo-socket", agent.SudoSocket, "unix socket for sudo requests from inside the sandbox")
 	flag.Parse()
 	if *version {
@@ -118,6 +116,7 @@ func run(socket, defaultUser string, checkFDs bool) int {
 	// namespace, a signal with no handler is simply ignored by the kernel.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defaultInheritedSignals()
 
 	reaper := agent.NewReaper(true)
 	reaper.CheckFDs = checkFDs
@@ -172,4 +171,27 @@ func run(socket, defaultUser string, checkFDs bool) int {
 	srv.Shutdown(ctx)
 	reaper.Stop()
 	return 0
+}
+
+// inheritable are the signals a process tree often starts with ignored
+// (nohup ignores SIGHUP, shells without job control the stop signals,
+// some supervisors SIGPIPE). An ignored disposition survives fork and
+// exec, so without this every process in the sandbox would inherit it
+// from whoever started berth: `kill -HUP` would not end a command, and
+// `yes | head` would spin on EPIPE instead of dying.
+var inheritable = []os.Signal{syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// defaultInheritedSignals makes the processes the agent starts begin with
+// the default action for inheritable signals, whatever the agent itself
+// inherited: Go resets a signal it has a handler for to the default in
+// every child, and keeps an ignored one ignored, so the agent takes a
+// handler for each and drops what arrives (as PID 1 the kernel would not
+// deliver them without one anyway).
+func defaultInheritedSignals() {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, inheritable...)
+	go func() {
+		for range ch {
+		}
+	}()
 }

@@ -73,3 +73,48 @@ func TestDefaultBuildHoldsNoSwitches(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultAgentHasNoTestFlags: berth-agent built as a release does has
+// no --no-fd-check or --no-log-cap (a sandbox's init that can be told to
+// skip its descriptor check is a weakness even unused). Negative control:
+// the berthtest build has both, so the search is shown to work.
+func TestDefaultAgentHasNoTestFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/berth-agent twice; skipped with -short")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to build cmd/berth-agent with")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		tags []string
+		want bool
+	}{
+		{"default", nil, false},
+		{"berthtest", []string{"-tags", "berthtest"}, true},
+	} {
+		bin := filepath.Join(dir, "berth-agent-"+c.name)
+		args := append([]string{"build"}, c.tags...)
+		build := exec.Command(goBin, append(args, "-o", bin, "./cmd/berth-agent")...)
+		build.Dir = root
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(build.Args[1:], " "), err, out)
+		}
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, flag := range []string{"no-fd-check", "no-log-cap"} {
+			if got := bytes.Contains(data, []byte(flag)); got != c.want {
+				t.Errorf("%s build: holds %q = %v, want %v", c.name, flag, got, c.want)
+			}
+		}
+	}
+}
