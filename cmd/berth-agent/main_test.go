@@ -379,7 +379,8 @@ func TestChildrenStartWithDefaultSignals(t *testing.T) {
 		}
 		return 0, fmt.Errorf("no SigIgn line in %q", status)
 	}
-	const hup, pipe = 1 << (1 - 1), 1 << (13 - 1)
+	bit := func(sig syscall.Signal) uint64 { return 1 << (uint(sig) - 1) } // SigIgn's bit of sig
+	hup, pipe := bit(syscall.SIGHUP), bit(syscall.SIGPIPE)
 	out, err := exec.Command("nohup", "cat", "/proc/self/status").Output()
 	if err != nil {
 		t.Fatal(err)
