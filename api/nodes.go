@@ -40,6 +40,14 @@ type Node struct {
 	// Sandboxes counts the sandbox records placed on the node, in any
 	// state (a sleeping sandbox's files are kept there).
 	Sandboxes int `json:"sandboxes"`
+	// Running and Sleeping split Sandboxes by state (running counts
+	// starting ones too). On a draining node they are the drain's
+	// progress: the node sleeps its running sandboxes, and each sleeping
+	// one moves to another node on its next request, so both fall to 0
+	// except for sandboxes whose files cannot leave the node (persist
+	// none, or no shared blob store).
+	Running  int `json:"running"`
+	Sleeping int `json:"sleeping"`
 	// Images are the image digests the node holds unpacked; Layers the
 	// snapshot layers in its cache (sha256 hex → compressed bytes) and
 	// LayerBytes their sum.

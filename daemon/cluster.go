@@ -37,6 +37,9 @@ import (
 //   - a request for a sandbox whose owner is dead (no heartbeat for
 //     --node-stale) takes the sandbox over here (store.Takeover): it
 //     wakes on this node from its last persisted state;
+//   - a sleeping sandbox of a draining node moves, on its next request,
+//     to the member that got it (or placement's choice), and the draining
+//     node sleeps its running ones so that they follow (drain.go);
 //   - alarms are delivered where their object lives: a sandbox's where
 //     the sandbox is owned, any other object's by the holder of a lease.
 
@@ -101,8 +104,15 @@ type clusterWiring struct {
 	// set once the object host exists.
 	evict func(durable.Address)
 
+	// For moving sandboxes off draining nodes (drain.go), set by
+	// newForwarder: where placement puts one, and whether the blob store
+	// is shared (S3), so that a persisted sandbox can wake elsewhere.
+	placer      forward.Placer
+	sharedBlobs bool
+
 	mu     sync.Mutex
 	epochs map[string]int64 // object lease key -> the epoch this member last held it at
+	logged map[string]int64 // logOnce: the record version last logged per sandbox
 }
 
 // ownerDown is forward.OwnerDown: a sandbox whose owner cannot be reached
@@ -298,9 +308,11 @@ func newForwarder(cfg Config, token string, st stateStore, placer forward.Placer
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false, // an Upgrade (PTY, watch) needs HTTP/1.1
 	}
+	w.placer, w.sharedBlobs = placer, cfg.Blobs.S3Endpoint != ""
 	return forward.New(forward.Config{
 		Self: cfg.Member.Name, Token: token, Records: st, Nodes: st, Placer: placer,
 		OwnerDown:    forward.OwnerDownFunc(w.ownerDown),
+		Mover:        forward.MoverFunc(w.moveOff),
 		ObjectHolder: w.objectHolder,
 		Staleness:    cfg.Member.Stale,
 		Transport:    clearGuard{rt: tr, insecure: cfg.Node.Insecure},

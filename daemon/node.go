@@ -226,6 +226,9 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		// A sandbox whose node dies wakes elsewhere from its last sleep,
 		// so every sleep persists to the blob store unless asked not to.
 		mc.DefaultPersist = api.PersistDisk
+		if w.Store != nil {
+			mc.MayWake = drainingWake(w.Store, w.NodeName)
+		}
 	}
 	if w.Previews != nil { // a nil *Proxy in the interface would not be nil
 		mc.Previews = w.Previews

@@ -327,6 +327,7 @@ func Run(ctx context.Context, cfg Config) error {
 	loop.Store(l)
 	if cw != nil && cw.isNode {
 		go fenceLoop(ctx, mgr, cfg.Member.Beat)
+		go cw.drainLoop(ctx, plane.Sleep, cfg.Member.Beat)
 	}
 	go func() { errc <- srv.Serve(server.LimitListener(ln, limits)) }()
 	go func() { errc <- psrv.Serve(server.LimitListener(pln, limits)) }()

@@ -116,6 +116,7 @@ func run(socket, defaultUser string, checkFDs bool) int {
 	// namespace, a signal with no handler is simply ignored by the kernel.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defaultInheritedSignals()
 
 	reaper := agent.NewReaper(true)
 	reaper.CheckFDs = checkFDs
@@ -170,4 +171,27 @@ func run(socket, defaultUser string, checkFDs bool) int {
 	srv.Shutdown(ctx)
 	reaper.Stop()
 	return 0
+}
+
+// inheritable are the signals a process tree often starts with ignored
+// (nohup ignores SIGHUP, shells without job control the stop signals,
+// some supervisors SIGPIPE). An ignored disposition survives fork and
+// exec, so without this every process in the sandbox would inherit it
+// from whoever started berth: `kill -HUP` would not end a command, and
+// `yes | head` would spin on EPIPE instead of dying.
+var inheritable = []os.Signal{syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// defaultInheritedSignals makes the processes the agent starts begin with
+// the default action for inheritable signals, whatever the agent itself
+// inherited: Go resets a signal it has a handler for to the default in
+// every child, and keeps an ignored one ignored, so the agent takes a
+// handler for each and drops what arrives (as PID 1 the kernel would not
+// deliver them without one anyway).
+func defaultInheritedSignals() {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, inheritable...)
+	go func() {
+		for range ch {
+		}
+	}()
 }

@@ -362,3 +362,49 @@ func vmRSS(pid int) int {
 	}
 	return 0
 }
+
+// TestChildrenStartWithDefaultSignals: an agent started with SIGHUP and
+// SIGPIPE ignored (under nohup, as a test run or a supervisor may start
+// berth) still starts commands with their default actions, so a kill -HUP
+// ends a command as users expect. Negative control: the same nohup without
+// the agent in between passes the ignored SIGHUP on, so the harness does
+// produce what the agent has to undo.
+func TestChildrenStartWithDefaultSignals(t *testing.T) {
+	requireRoot(t)
+	ignored := func(status string) (uint64, error) {
+		for _, line := range strings.Split(status, "\n") {
+			if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+				return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			}
+		}
+		return 0, fmt.Errorf("no SigIgn line in %q", status)
+	}
+	bit := func(sig syscall.Signal) uint64 { return 1 << (uint(sig) - 1) } // SigIgn's bit of sig
+	hup, pipe := bit(syscall.SIGHUP), bit(syscall.SIGPIPE)
+	out, err := exec.Command("nohup", "cat", "/proc/self/status").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mask, err := ignored(string(out)); err != nil || mask&hup == 0 {
+		t.Fatalf("negative control: nohup cat should ignore SIGHUP: mask %x %v", mask, err)
+	}
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	nsInit(t, nil, nil, "nohup", bin, "--socket", sock, "--sudo-socket", filepath.Join(dir, "sudo.sock"), "--default-user", "no-such-user-here")
+	c := agentclient.New(sock)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, _ := execOut(t, c, api.ExecRequest{Argv: []string{"cat", "/proc/self/status"}})
+	mask, err := ignored(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mask&(hup|pipe) != 0 {
+		t.Fatalf("a command started by an agent that inherited ignored SIGHUP/SIGPIPE ignores them too: SigIgn %x", mask)
+	}
+}

@@ -25,8 +25,8 @@ heartbeat is older than --node-stale (default 10s) is stale: it takes no
 new sandboxes. A single host is a cluster of one node, named after the host
 (berth serve --node-name to choose).
 
-Draining a node stops new placements on it; it keeps running what it runs.
-Only the operator's API key may use these commands; a tenant's key is
+Draining a node stops new placements on it and moves its sandboxes off it
+(see 'berth node drain --help'). Only the operator's API key may use these commands; a tenant's key is
 refused (403).`,
 	}
 	cmd.AddCommand(a.nodeLsCmd(), a.nodeShowCmd(), a.nodeDrainCmd(true), a.nodeDrainCmd(false))
@@ -44,7 +44,9 @@ func (a *app) nodeLsCmd() *cobra.Command {
   HEALTH     alive, or stale when its last heartbeat is older than the bound
   CPU        vCPUs given to running sandboxes / the node's vCPUs
   MEM, DISK  the same for memory and disk (disk counts sleeping sandboxes too)
-  SANDBOXES  sandboxes placed on the node, in any state
+  SANDBOXES  sandboxes placed on the node, in any state; RUNNING and
+             SLEEPING split them (a draining node's progress: both fall
+             to 0 as its sandboxes move)
   IMAGES     image digests unpacked there; LAYERS the snapshot layers cached
   HEARTBEAT  how long ago the node last wrote its entry (the store's clock)
 
@@ -79,7 +81,7 @@ Examples:
 // printNodes is node ls's table.
 func printNodes(w io.Writer, nodes []api.Node) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tADDR\tROLES\tHEALTH\tCPU\tMEM\tDISK\tSANDBOXES\tIMAGES\tLAYERS\tDRAINING\tHEARTBEAT")
+	fmt.Fprintln(tw, "NAME\tADDR\tROLES\tHEALTH\tCPU\tMEM\tDISK\tSANDBOXES\tRUNNING\tSLEEPING\tIMAGES\tLAYERS\tDRAINING\tHEARTBEAT")
 	for _, n := range nodes {
 		draining := "no"
 		if n.Draining {
@@ -89,12 +91,12 @@ func printNodes(w io.Writer, nodes []api.Node) error {
 		if len(n.Layers) > 0 {
 			layers += " (" + humanBytes(n.LayerBytes) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n",
 			n.Name, orDash(n.Addr), orDash(strings.Join(n.Roles, ",")), n.Health,
 			cores(n.Committed.MilliCPU)+"/"+cores(n.Capacity.MilliCPU),
 			shortBytes(n.Committed.MemoryBytes)+"/"+shortBytes(n.Capacity.MemoryBytes),
 			shortBytes(n.Committed.DiskBytes)+"/"+shortBytes(n.Capacity.DiskBytes),
-			n.Sandboxes, len(n.Images), layers, draining, heartbeatAge(n.HeartbeatAgeMs))
+			n.Sandboxes, n.Running, n.Sleeping, len(n.Images), layers, draining, heartbeatAge(n.HeartbeatAgeMs))
 	}
 	return tw.Flush()
 }
@@ -127,8 +129,9 @@ func (a *app) nodeShowCmd() *cobra.Command {
 		Short: "Print one node's entry as JSON",
 		Long: `Print a node's full entry as JSON: address, roles, capacity and what is
 committed of it, creates in flight, isolation backends, labels, the image
-digests and snapshot layers (sha256 → compressed bytes) it holds, draining,
-its epoch (one per process start), start time, last heartbeat and health.
+digests and snapshot layers (sha256 → compressed bytes) it holds, the
+sandboxes it owns (sandboxes, and of them running and sleeping: a draining
+node's progress), draining, its epoch (one per process start), start time, last heartbeat and health.
 
 Example:
   berth node show worker-1`,
@@ -151,13 +154,35 @@ Example:
 func (a *app) nodeDrainCmd(drain bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drain NAME",
-		Short: "Stop new placements on a node",
-		Long: `Mark a node draining: placement puts no new sandboxes on it. What it runs
-keeps running, and the mark survives the node's heartbeats and restarts
-until 'berth node undrain'. Draining a draining node changes nothing.
+		Short: "Stop new placements on a node and move its sandboxes off it",
+		Long: `Mark a node draining. The mark survives the node's heartbeats and restarts
+until 'berth node undrain'; draining a draining node changes nothing.
+
+While a node is draining:
+  - placement puts no new sandboxes on it;
+  - the node puts its running sandboxes to sleep, two at a time, one round
+    per heartbeat (--node-heartbeat); in cluster mode each sleep persists
+    the sandbox's files to the blob store (S3). Its processes end, as in
+    any sleep;
+  - a request for one of its sleeping sandboxes, made at any node, moves
+    that sandbox first: to the node that got the request when that node
+    runs sandboxes, else to the node placement chooses. It wakes there
+    from its persisted files, and the drained node removes its copy.
+    A running sandbox is served where it runs until the node slept it.
+Nothing moves before its next request: a sandbox nobody uses stays
+sleeping, owned by the drained node (which need not be up for it to move
+later: a dead owner's sandboxes move on their next request too).
+
+A sandbox whose files cannot leave the node stays there, running or
+sleeping, and is still served: one created with persist none, or any
+sandbox when the cluster has no shared blob store (--s3-endpoint).
+
+Progress: 'berth node ls' (RUNNING, SLEEPING) and 'berth node show NAME'
+count the sandboxes the node still owns; the drain is done when both are 0.
 
 Example:
-  berth node drain worker-1`,
+  berth node drain worker-1
+  berth node ls`,
 		Args: cobra.ExactArgs(1),
 	}
 	if !drain {
@@ -184,6 +209,7 @@ Example:
 		}
 		if n.Draining {
 			fmt.Fprintf(a.stdout, "node %s is draining: it takes no new sandboxes\n", n.Name)
+			fmt.Fprintf(a.stdout, "it still owns %d running sandboxes (it sleeps them, 2 at a time) and %d sleeping (each moves to another node on its next request)\n", n.Running, n.Sleeping)
 		} else {
 			fmt.Fprintf(a.stdout, "node %s takes new sandboxes\n", n.Name)
 		}

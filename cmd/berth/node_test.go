@@ -68,15 +68,15 @@ func TestNodeLs(t *testing.T) {
 		t.Fatalf("table %q", out)
 	}
 	head := strings.Fields(lines[0])
-	want := "NAME ADDR ROLES HEALTH CPU MEM DISK SANDBOXES IMAGES LAYERS DRAINING HEARTBEAT"
+	want := "NAME ADDR ROLES HEALTH CPU MEM DISK SANDBOXES RUNNING SLEEPING IMAGES LAYERS DRAINING HEARTBEAT"
 	if strings.Join(head, " ") != want {
 		t.Fatalf("header %q, want %q", lines[0], want)
 	}
 	row := strings.Fields(lines[1])
-	// NAME ADDR ROLES HEALTH CPU MEM DISK SANDBOXES IMAGES LAYERS(2 fields) DRAINING HEARTBEAT(2 fields)
-	if len(row) < 13 || row[0] != "worker-1" || row[1] != "-" || row[2] != "control,node" || row[3] != "alive" ||
-		row[4] != "0.5/2" || row[5] != "1.1GB/4.3GB" || row[6] != "0/64.0GB" || row[7] != "0" || row[8] != "1" ||
-		row[9] != "1" || row[10] != "(2.5" || row[12] != "no" {
+	// NAME ADDR ROLES HEALTH CPU MEM DISK SANDBOXES RUNNING SLEEPING IMAGES LAYERS(2 fields) DRAINING HEARTBEAT(2 fields)
+	if len(row) < 15 || row[0] != "worker-1" || row[1] != "-" || row[2] != "control,node" || row[3] != "alive" ||
+		row[4] != "0.5/2" || row[5] != "1.1GB/4.3GB" || row[6] != "0/64.0GB" || row[7] != "0" || row[8] != "0" ||
+		row[9] != "0" || row[10] != "1" || row[11] != "1" || row[12] != "(2.5" || row[14] != "no" {
 		t.Fatalf("row %q", lines[1])
 	}
 	code, out, errs = c.run("", "node", "ls", "--json")

@@ -45,6 +45,17 @@
 // refused or timed-out connection) the decision is OwnerDown's; the default
 // answers 503 unavailable naming the node. Takeover plugs in there.
 //
+// A node that is draining (berth node drain) empties lazily through
+// Mover: a request made at any node for a sleeping sandbox of a draining
+// owner moves the sandbox first (to this node or placement's choice) and
+// is served there. A request for a sandbox the entry read running is
+// proxied to the draining owner as usual, but marked resendable when the
+// entry holds its whole body (none, or at most 1 MiB of known length):
+// if the owner's drain put the sandbox to sleep meanwhile, the owner
+// refuses it as moving instead of waking it there (RefuseMoving, from the
+// owner's wake), and the entry reads the record again and moves it. A
+// request that is not resendable is served by the owner.
+//
 // A single host configures no Forwarder: the faces then skip all of this
 // with one nil check.
 package forward

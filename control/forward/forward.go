@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -70,6 +71,30 @@ func refuseDown(_ context.Context, d Down) (bool, error) {
 		"sandbox %q runs on node %q, which cannot be reached (%v); retry later", d.Sandbox, d.Node, d.Cause)
 }
 
+// Mover moves sleeping sandboxes off draining nodes (berth node drain):
+// Sandbox calls it for a request, made at this node, for a sleeping
+// sandbox whose owner's entry is Draining (this node's own included).
+// Move returns the node that owns rec now; "" (or rec.Owner) leaves it
+// where it is, and the request goes to its owner, which is alive and
+// still serves it. An errdefs failed-precondition error says the record
+// changed since rec was read (it woke, or another member moved it first):
+// Sandbox reads it again and routes by what it finds. Any other error is
+// logged and the request goes to the owner.
+type Mover interface {
+	Move(ctx context.Context, rec store.Sandbox) (node string, err error)
+}
+
+// MoverFunc adapts a function to Mover.
+type MoverFunc func(ctx context.Context, rec store.Sandbox) (string, error)
+
+// Move implements Mover.
+func (f MoverFunc) Move(ctx context.Context, rec store.Sandbox) (string, error) { return f(ctx, rec) }
+
+// maxRoutes bounds how often Sandbox reads a record again after a move
+// (its own, or a racing one): a sandbox that keeps moving under a request
+// is routed by the last record read.
+const maxRoutes = 3
+
 // Face names the handler set a forwarded request is for on the owner.
 type Face string
 
@@ -126,6 +151,9 @@ type Config struct {
 	ObjectHolder func(ctx context.Context, class, id string) (holder string, err error)
 	// OwnerDown decides for unreachable owners; nil answers 503.
 	OwnerDown OwnerDown
+	// Mover moves sleeping sandboxes off draining owners; nil: a
+	// draining owner is proxied to like any other.
+	Mover Mover
 	// Staleness, when positive, treats an owner whose heartbeat is older
 	// (in the store's clock) as down without dialling it.
 	Staleness time.Duration
@@ -203,34 +231,161 @@ func (f *Forwarder) Self() string { return f.c.Self }
 // Sandbox routes a request for sandbox name (validated by the caller). It
 // reads the record on every call; see Outcome for what the face does next.
 // An error is the face's to answer (in its own format); nothing was
-// written.
+// written. A sleeping sandbox whose owner is draining is moved first (see
+// Mover) when the request was made here, not forwarded.
 func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string, rt Route) (Outcome, error) {
 	ctx := r.Context()
-	rec, err := f.c.Records.Get(ctx, name)
-	if err != nil {
-		if errdefs.IsKind(err, errdefs.ErrNotFound) {
-			return Missing, nil
+	var replay *replayBody // set once the request was made resendable
+	for try := 0; ; try++ {
+		rec, err := f.c.Records.Get(ctx, name)
+		if err != nil {
+			if errdefs.IsKind(err, errdefs.ErrNotFound) {
+				return Missing, nil
+			}
+			return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
 		}
-		return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
-	}
-	owner := rec.Owner
-	if owner == "" || owner == f.c.Self {
-		return Local, nil
-	}
-	if id, ok := From(ctx); ok {
-		// A forwarded request is served here or refused, never sent on:
-		// the sandbox moved while it was in flight.
-		return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
-	}
-	n, down := f.node(ctx, owner)
-	if down != nil {
-		local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
-		if local && err == nil {
+		id, forwarded := From(ctx)
+		sleeping := f.c.Mover != nil && rec.State == api.StateSleeping
+		owner := rec.Owner
+		if owner == "" {
 			return Local, nil
 		}
-		return Local, err
+		if owner == f.c.Self {
+			switch {
+			case !sleeping || (forwarded && !id.Replayable) || try >= maxRoutes || !f.selfDraining(ctx):
+			case forwarded:
+				// The entry read the sandbox running and can send the
+				// request again: it moves the sandbox instead of waking
+				// it here, on a node that is being emptied.
+				RefuseMoving(ctx)
+				return Local, errdefs.Unavailable("sandbox %q is moving off draining node %q; node %q sends the request on", name, f.c.Self, id.Entry)
+			default:
+				if to, again := f.move(ctx, rec); again || (to != "" && to != f.c.Self) {
+					continue // route by the record the move left
+				}
+			}
+			if replay != nil {
+				replay.rewind(r)
+			}
+			return Local, nil
+		}
+		if forwarded {
+			// A forwarded request is served here or refused, never sent on:
+			// the sandbox moved while it was in flight.
+			return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
+		}
+		n, down := f.node(ctx, owner)
+		if down != nil {
+			local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
+			if local && err == nil {
+				if replay != nil {
+					replay.rewind(r)
+				}
+				return Local, nil
+			}
+			return Local, err
+		}
+		resend := false
+		if f.c.Mover != nil && n.Draining && try < maxRoutes {
+			if sleeping {
+				to, again := f.move(ctx, rec)
+				if to == f.c.Self {
+					if replay != nil {
+						replay.rewind(r)
+					}
+					return Local, nil
+				}
+				if again || to != "" {
+					continue
+				}
+			} else if try < maxRoutes-1 {
+				// Running on a draining node: proxied, but resendable if
+				// it can be, in case the drain sleeps the sandbox before
+				// the owner serves the request (the owner then refuses it
+				// as moving, and the next round moves it).
+				if replay == nil {
+					replay = newReplay(r)
+				}
+				resend = replay.ok
+			}
+		}
+		if replay != nil {
+			replay.rewind(r)
+		}
+		out, err := f.proxy(w, r, name, n, rt, true, resend)
+		if errors.Is(err, errMoving) {
+			continue
+		}
+		return out, err
 	}
-	return f.proxy(w, r, name, n, rt, true)
+}
+
+// selfDraining reports whether this node's own entry is draining.
+func (f *Forwarder) selfDraining(ctx context.Context) bool {
+	me, err := f.c.Nodes.GetNode(ctx, f.c.Self)
+	return err == nil && me.Draining
+}
+
+// maxReplayBody bounds the request body an entry node holds in memory to
+// be able to send a request to a draining owner again.
+const maxReplayBody = 1 << 20
+
+// replayBody is a request body the entry holds whole, so the request can
+// be sent again (ok false: it cannot be, the body is unbounded or large).
+type replayBody struct {
+	ok  bool
+	buf []byte
+	has bool // the request has a body at all
+}
+
+// newReplay reads r's body into memory when it is small and of known
+// length.
+func newReplay(r *http.Request) *replayBody {
+	if r.Body == nil || r.Body == http.NoBody {
+		return &replayBody{ok: true}
+	}
+	if r.ContentLength < 0 || r.ContentLength > maxReplayBody {
+		return &replayBody{}
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength+1))
+	if err != nil || int64(len(buf)) != r.ContentLength {
+		// The client's body failed or lied about its length: hand what
+		// was read back, unreplayable, and let the owner see the rest.
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+		return &replayBody{}
+	}
+	return &replayBody{ok: true, buf: buf, has: true}
+}
+
+// rewind gives r its body from the start again.
+func (b *replayBody) rewind(r *http.Request) {
+	if b.ok && b.has {
+		r.Body = io.NopCloser(bytes.NewReader(b.buf))
+	}
+}
+
+// errMoving is a draining owner's refusal of a replayable request for its
+// own sleeping sandbox (headerMoving).
+var errMoving = errors.New("the owner is moving the sandbox off itself (draining)")
+
+// move asks the Mover to move rec off its draining owner. It returns the
+// new owner ("" when the sandbox stays), or again when the record changed
+// under the move and must be read again.
+func (f *Forwarder) move(ctx context.Context, rec store.Sandbox) (to string, again bool) {
+	to, err := f.c.Mover.Move(ctx, rec)
+	switch {
+	case errdefs.IsKind(err, errdefs.ErrFailedPrecondition):
+		return "", true
+	case err != nil:
+		f.c.Logf("drain: sandbox %s stays on draining node %s for this request: %v", rec.Name, rec.Owner, err)
+		return "", false
+	case to == rec.Owner:
+		return "", false
+	}
+	return to, false
 }
 
 // Create routes a create: the Placer's node gets it unless that is this
@@ -253,7 +408,7 @@ func (f *Forwarder) Create(w http.ResponseWriter, r *http.Request, req api.Creat
 	if down != nil {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, down, "placement chose node %q for the new sandbox, which cannot be reached (%v); retry", node, down)
 	}
-	return f.proxy(w, r, req.Name, n, rt, false)
+	return f.proxy(w, r, req.Name, n, rt, false, false)
 }
 
 // Object routes a call of durable object (class, id) to the member that
@@ -281,7 +436,7 @@ func (f *Forwarder) Object(w http.ResponseWriter, r *http.Request, class, id str
 	if down != nil {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, down, "object %s/%s lives on member %q, which cannot be reached (%v); its lease ends soon, retry", class, id, holder, down)
 	}
-	out, err := f.proxy(w, r, class+"/"+id, n, rt, false)
+	out, err := f.proxy(w, r, class+"/"+id, n, rt, false, false)
 	if err != nil {
 		return out, errdefs.Wrap(errdefs.ErrUnavailable, err, "object %s/%s lives on member %q, which cannot be reached (%v); retry", class, id, holder, err)
 	}
@@ -319,17 +474,21 @@ type state struct {
 	sandbox string
 	rt      Route
 	body    *trackedBody
+	resend  bool  // the entry can send the request again (headerReplay)
 	err     error // the proxy failed before any answer was written
 }
 
 type stateKey struct{}
 
-func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned bool) (Outcome, error) {
+// proxy sends r to node n. resend says the caller can send it again (its
+// body is held whole): the request then says so to the owner, and the
+// owner's moving refusal comes back as errMoving with nothing written.
+func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned, resend bool) (Outcome, error) {
 	base, err := url.Parse(n.Addr)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return Local, errdefs.Unavailable("node %q has a bad address %q in its entry", n.Name, n.Addr)
 	}
-	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt}
+	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt, resend: resend}
 	in := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	if r.Body != nil && r.Body != http.NoBody {
 		st.body = &trackedBody{rc: r.Body}
@@ -341,6 +500,9 @@ func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string
 	}
 	if r.Context().Err() != nil {
 		return Proxied, nil // the client left; nobody to answer
+	}
+	if errors.Is(st.err, errMoving) {
+		return Local, errMoving
 	}
 	if !owned {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q, chosen for the new sandbox, cannot be reached (%v); retry", n.Name, st.err)
@@ -390,6 +552,9 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 	if st.rt.KeyVerified {
 		h.Set(HeaderKey, "1")
 	}
+	if st.resend {
+		h.Set(headerReplay, "1")
+	}
 	if id := reqinfo.ID(in.Context()); id != "" {
 		h.Set(reqinfo.Header, id)
 	}
@@ -399,6 +564,14 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 // credential, a bad path: marked with headerRefused) into a proxy error,
 // so the user sees "node X refused", not a 401 that reads as their key.
 func (f *Forwarder) modifyResponse(resp *http.Response) error {
+	if resp.Header.Get(headerMoving) != "" {
+		if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil && st.resend {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			return errMoving
+		}
+		resp.Header.Del(headerMoving) // never shown to a client
+	}
 	if resp.Header.Get(headerRefused) == "" {
 		return nil
 	}
@@ -418,6 +591,10 @@ func (e errRefused) Error() string {
 
 func (f *Forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := r.Context().Value(stateKey{}).(*state)
+	if errors.Is(err, errMoving) {
+		st.err = errMoving
+		return
+	}
 	if r.Context().Err() == nil {
 		f.c.Logf("forward %s %s to node %s: %v", r.Method, r.URL.Path, st.node, err)
 	}

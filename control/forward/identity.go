@@ -47,6 +47,14 @@ const (
 	headerAuthorization = "X-Berth-Forward-Authorization"
 	// headerRefused marks Receiver's own refusals (response header).
 	headerRefused = "X-Berth-Forward-Refused"
+	// headerReplay says the entry node can send the request again to
+	// another node (it has no body, or the entry holds all of it): a
+	// draining owner may then refuse it with headerMoving.
+	headerReplay = "X-Berth-Forward-Replay"
+	// headerMoving marks an owner's refusal of a request for its own
+	// sleeping sandbox while it drains (response header): the entry moves
+	// the sandbox and sends the request there instead.
+	headerMoving = "X-Berth-Forward-Moving"
 )
 
 // headerPrefix covers every header above, including any a later version
@@ -80,6 +88,9 @@ type Identity struct {
 	// Caller is Fingerprint of the caller's Authorization header at the
 	// entry node.
 	Caller string
+	// Replayable: the entry node can send the request elsewhere if this
+	// node refuses it as moving (see Mover).
+	Replayable bool
 }
 
 // Fingerprint names a caller's credential without revealing it: 16 hex
@@ -92,6 +103,27 @@ func Fingerprint(authorization string) string {
 }
 
 type identityKey struct{}
+
+// movingKey holds, for a replayable forwarded request, the answer's
+// header map, where RefuseMoving marks the refusal.
+type movingKey struct{}
+
+// RefuseMoving is for a draining owner about to wake one of its sleeping
+// sandboxes for the request in ctx (node/local's MayWake hook, through the
+// daemon). When the request was forwarded by an entry node that can send
+// it again (Identity.Replayable), it marks the answer (headerMoving) and
+// returns true: the caller then refuses the wake with an error, writes
+// nothing else, and the entry moves the sandbox off this node and sends
+// the request to its new owner. Otherwise it returns false and the wake
+// goes ahead here. Call it before anything of the answer is written.
+func RefuseMoving(ctx context.Context) bool {
+	h, ok := ctx.Value(movingKey{}).(http.Header)
+	if !ok {
+		return false
+	}
+	h.Set(headerMoving, "1")
+	return true
+}
 
 // withIdentity is unexported: only Receiver, after the cluster credential
 // checked out, may vouch for a caller.

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -90,8 +91,13 @@ func (rv *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		KeyVerified: r.Header.Get(HeaderKey) == "1",
 		Entry:       r.Header.Get(headerEntry),
 		Caller:      r.Header.Get(HeaderCaller),
+		Replayable:  r.Header.Get(headerReplay) == "1",
 	}
-	out := r.Clone(withIdentity(r.Context(), id))
+	ctx := withIdentity(r.Context(), id)
+	if id.Replayable {
+		ctx = context.WithValue(ctx, movingKey{}, w.Header())
+	}
+	out := r.Clone(ctx)
 	out.Body = r.Body // Clone shares it anyway; said for the reader
 	out.URL.Path = "/" + rest
 	if raw := r.URL.RawPath; raw != "" {

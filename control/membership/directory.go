@@ -94,9 +94,12 @@ func (d *Directory) SetNodeDraining(ctx context.Context, name string, draining b
 	return d.GetNode(ctx, name)
 }
 
-// counts is the number of sandbox records per node.
-func (d *Directory) counts(ctx context.Context) (map[string]int, error) {
-	out := map[string]int{}
+// owned counts the sandbox records of one node.
+type owned struct{ total, running, sleeping int }
+
+// counts is the number of sandbox records per node, by state.
+func (d *Directory) counts(ctx context.Context) (map[string]owned, error) {
+	out := map[string]owned{}
 	if d.sandboxes == nil {
 		return out, nil
 	}
@@ -109,19 +112,27 @@ func (d *Directory) counts(ctx context.Context) (map[string]int, error) {
 		if owner == "" {
 			owner = d.local
 		}
-		out[owner]++
+		c := out[owner]
+		c.total++
+		switch r.State {
+		case api.StateRunning, api.StateStarting:
+			c.running++
+		case api.StateSleeping:
+			c.sleeping++
+		}
+		out[owner] = c
 	}
 	return out, nil
 }
 
 // view is an entry as the API shows it.
-func (d *Directory) view(n store.Node, now time.Time, sandboxes int) api.Node {
+func (d *Directory) view(n store.Node, now time.Time, sandboxes owned) api.Node {
 	v := api.Node{
 		Name: n.Name, Addr: n.Addr, Roles: orEmpty(n.Roles),
 		Capacity:  api.NodeResources(n.Capacity),
 		Committed: api.NodeResources(n.Committed),
 		InFlight:  n.InFlight, Isolation: orEmpty(n.Isolation), Labels: n.Labels,
-		Sandboxes: sandboxes, Images: orEmpty(n.Images), Layers: n.Layers,
+		Sandboxes: sandboxes.total, Running: sandboxes.running, Sleeping: sandboxes.sleeping, Images: orEmpty(n.Images), Layers: n.Layers,
 		Draining: n.Draining, Epoch: n.Epoch, StartedAt: n.StartedAt, Heartbeat: n.Heartbeat,
 		HeartbeatAgeMs: max(now.Sub(n.Heartbeat).Milliseconds(), 0),
 		Health:         Health(n.Heartbeat, now, d.stale),

@@ -337,11 +337,19 @@ func TestDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recs := fakeRecords{{Name: "a"}, {Name: "b", Owner: "n2"}, {Name: "c", Owner: "n2"}}
+	recs := fakeRecords{{Name: "a", State: api.StateRunning}, {Name: "b", Owner: "n2", State: api.StateSleeping},
+		{Name: "c", Owner: "n2", State: api.StateStarting}, {Name: "d", Owner: "n2", State: api.StateSleeping}, {Name: "e", Owner: "n2", State: api.StateFailed}}
 	d := NewDirectory(st, recs, "n1", 0)
 	list, err := d.ListNodes(ctx)
-	if err != nil || len(list.Nodes) != 2 || list.Nodes[0].Sandboxes != 1 || list.Nodes[1].Sandboxes != 2 {
+	if err != nil || len(list.Nodes) != 2 || list.Nodes[0].Sandboxes != 1 || list.Nodes[1].Sandboxes != 4 {
 		t.Fatalf("list %+v %v", list, err)
+	}
+	// The drain's progress: what each node still owns, by state.
+	if n1, n2 := list.Nodes[0], list.Nodes[1]; n1.Running != 1 || n1.Sleeping != 0 || n2.Running != 1 || n2.Sleeping != 2 {
+		t.Fatalf("by state: n1 %d running %d sleeping, n2 %d running %d sleeping", n1.Running, n1.Sleeping, n2.Running, n2.Sleeping)
+	}
+	if n, err := d.GetNode(ctx, "n2"); err != nil || n.Running != 1 || n.Sleeping != 2 {
+		t.Fatalf("get n2: %+v %v", n, err)
 	}
 	n := list.Nodes[0]
 	if n.Capacity.MilliCPU != 2000 || n.LayerBytes != 4096 || len(n.Images) != 1 || n.Epoch != 1 || n.Health != api.NodeAlive {

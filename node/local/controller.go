@@ -82,6 +82,12 @@ type Config struct {
 	// so a sandbox whose node dies wakes elsewhere with its files as of
 	// its last sleep.
 	DefaultPersist string
+	// MayWake, when set, is asked before a sleeping sandbox starts again
+	// (ctx is the request's that woke it); an error refuses the start and
+	// is the request's answer, with nothing changed. A draining cluster
+	// node uses it to leave a sandbox asleep for the entry node to move
+	// (daemon, berth node drain).
+	MayWake func(ctx context.Context, rec store.Sandbox) error
 }
 
 // Manager is the set of sandbox controllers on this daemon.

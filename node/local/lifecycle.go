@@ -66,6 +66,11 @@ func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.RunD
 // except a wake that failed before the sandbox was set up, which leaves it
 // sleeping.
 func (m *Manager) start(ctx context.Context, a *actor) (err error) {
+	if a.rec.State == api.StateSleeping && m.cfg.MayWake != nil {
+		if err := m.cfg.MayWake(ctx, a.rec); err != nil {
+			return err
+		}
+	}
 	// A start runs to completion even if the request that caused it is
 	// cancelled: other callers may be waiting on the same actor.
 	base := context.WithoutCancel(ctx)

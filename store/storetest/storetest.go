@@ -19,6 +19,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	runArtifacts(t, open)
 	runObjects(t, open)
 	runCluster(t, open)
+	runTakeover(t, open)
 	t.Run("CRUD", func(t *testing.T) {
 		s := open(t)
 		if _, err := s.Get(ctx, "a"); !errors.Is(err, errdefs.ErrNotFound) {
