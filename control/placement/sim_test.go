@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/pgtest"
 	"github.com/berth-sh/berth/store"
+	"github.com/berth-sh/berth/store/postgres"
 	"github.com/berth-sh/berth/store/sqlite"
 )
 
@@ -48,13 +50,27 @@ func openSQLite(b *testing.B) store.Cluster {
 	return s
 }
 
+// openPostgres starts a real PostgreSQL server of the benchmark's own
+// (internal/pgtest; it skips without one) and opens the cluster store on
+// an empty database there.
+func openPostgres(b *testing.B) store.Cluster {
+	srv := pgtest.Start(b)
+	s, err := postgres.Open(context.Background(), srv.NewDB(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
 // simStores are the store.Cluster implementations the simulation runs
-// against; the PostgreSQL store joins this list when it lands.
+// against.
 var simStores = []struct {
 	name string
 	open openCluster
 }{
 	{"sqlite", openSQLite},
+	{"postgres", openPostgres},
 }
 
 func BenchmarkPlacementSim(b *testing.B) {
