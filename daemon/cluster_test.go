@@ -264,3 +264,24 @@ func TestObjectHolderEvictsWhenTheLeaseComesBack(t *testing.T) {
 		t.Fatalf("evicted %v, want Counter/a once", evicted)
 	}
 }
+
+// TestUserNSBaseBound: a base that leaves no 65536-id range below 2^31 is
+// refused at start (it would have had no ranges, or, above 2^31, a count
+// that wrapped around); one just below the bound is taken.
+func TestUserNSBaseBound(t *testing.T) {
+	for _, c := range []struct {
+		base uint32
+		ok   bool
+	}{
+		{1 << 31, false},
+		{1<<31 + 5<<24, false},
+		{1<<31 - 100, false},
+		{1<<31 - 1<<16, true},
+	} {
+		cfg := Config{UserNSBase: c.base, Runtime: "/bin/true", AgentBinary: "/bin/true"}
+		err := cfg.defaults()
+		if c.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "--userns-base")) {
+			t.Errorf("base %d: %v, want ok=%v", c.base, err, c.ok)
+		}
+	}
+}

@@ -72,6 +72,9 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("--request-log %q: want all, errors or off", c.RequestLog)
 	}
+	if c.UserNSBase != 0 && uint64(c.UserNSBase)+local.DefaultUserNSSize > 1<<31 {
+		return fmt.Errorf("--userns-base %d leaves no range of %d host ids below 2^31 (%d): give a lower base", c.UserNSBase, local.DefaultUserNSSize, uint64(1)<<31)
+	}
 	if c.UpperSize == 0 {
 		c.UpperSize = 64 << 30
 	}

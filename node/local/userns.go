@@ -36,7 +36,10 @@ func (c *UserNSConfig) defaults() {
 	if c.Size == 0 {
 		c.Size = DefaultUserNSSize
 	}
-	if c.Count == 0 {
+	if c.Count == 0 && uint64(c.Base) < 1<<31 {
+		// Host ids stay below 2^31 (tools that read ids as signed 32-bit
+		// go wrong above it); a base at or above it has no ranges, and
+		// the daemon refuses one at start.
 		c.Count = int((1<<31 - uint64(c.Base)) / uint64(c.Size))
 	}
 }

@@ -75,3 +75,20 @@ func TestIsolationChoice(t *testing.T) {
 		t.Fatalf("changing isolation of an existing sandbox: %v", err)
 	}
 }
+
+// TestUserNSCountAboveTheBound: a base at or above 2^31 has no ranges
+// (the count used to wrap around to a huge number above it).
+func TestUserNSCountAboveTheBound(t *testing.T) {
+	for _, base := range []uint32{1 << 31, 1<<31 + 5<<24} {
+		c := UserNSConfig{Base: base}
+		c.defaults()
+		if c.Count != 0 {
+			t.Errorf("base %d: %d ranges, want 0", base, c.Count)
+		}
+	}
+	c := UserNSConfig{Base: 7 << 28}
+	c.defaults()
+	if c.Count != (1<<31-7<<28)/(1<<16) {
+		t.Errorf("base 7<<28: %d ranges", c.Count)
+	}
+}

@@ -104,7 +104,9 @@ func newNode(i int) *clusterNode {
 		bridge: "berthc" + id + "n" + s, subnet: "10.25" + s + ".0.0/16",
 		// Disjoint from the other suites (1<<29, 1<<30, 3<<29) and from
 		// the other ids and nodes: 64 sandboxes' ranges each.
-		userns: 1<<31 + uint32(id[0]-'0')<<24 + uint32(i-1)<<22,
+		// Below 2^31 (the daemon's bound), apart from the integration
+		// (1<<29), adversarial (1<<30) and compat (3<<29) suites' bases.
+		userns: 7<<28 + uint32(id[0]-'0')<<24 + uint32(i-1)<<22,
 		log:    filepath.Join(os.TempDir(), tag+"n"+s+".log"),
 	}
 }
