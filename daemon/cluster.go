@@ -154,10 +154,6 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 	return true, nil
 }
 
-// objectLeaseTTL is how long an object's alarm lease lasts past its last
-// renewal: several alarm ticks, well under the staleness bound.
-func (w *clusterWiring) objectLeaseTTL() time.Duration { return w.stale }
-
 // owns is durable.Config.Owns: a sandbox's object lives where the sandbox
 // is owned; any other object (an embedding program's class, a destroyed
 // sandbox's leftover alarm) where its lease is held, taken by the first
@@ -172,16 +168,8 @@ func (w *clusterWiring) owns(ctx context.Context, a durable.Address) (bool, erro
 			return false, err
 		}
 	}
-	key := objectLeaseKey(a.Class, a.ID)
-	l, err := w.st.AcquireLease(ctx, key, w.self, w.objectLeaseTTL())
-	if errdefs.IsKind(err, errdefs.ErrAlreadyExists) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	w.leaseHeld(a, key, l.Epoch)
-	return true, nil
+	holder, err := w.objectHolder(ctx, a.Class, a.ID)
+	return err == nil && holder == w.self, err
 }
 
 // objectLeaseKey is the lease a durable object lives under in a cluster.
@@ -192,10 +180,11 @@ func objectLeaseKey(class, id string) string { return "object/" + class + "/" + 
 // takes a lease whose epoch moved since it last held it, another member
 // held the object in between, so the instance this process may still keep
 // in memory is evicted before it serves (its Storage is current; its
-// memory may not be).
+// memory may not be). The lease lasts --node-stale past its last call or
+// alarm tick here, as long as a dead member's sandboxes wait.
 func (w *clusterWiring) objectHolder(ctx context.Context, class, id string) (string, error) {
 	key := objectLeaseKey(class, id)
-	l, err := w.st.AcquireLease(ctx, key, w.self, w.objectLeaseTTL())
+	l, err := w.st.AcquireLease(ctx, key, w.self, w.stale)
 	if errdefs.IsKind(err, errdefs.ErrAlreadyExists) {
 		return l.Holder, nil
 	}

@@ -18,14 +18,6 @@ func TestDefaultBuildHoldsNoSwitches(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/berth twice; skipped with -short")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH to build cmd/berth with")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const mod = "github.com/berth-sh/berth/internal/"
 	marks := []struct {
 		what, needle string
@@ -36,24 +28,9 @@ func TestDefaultBuildHoldsNoSwitches(t *testing.T) {
 		{"weaken variable", "BERTH_TEST_WEAKEN", false},
 		{"failpoint variable", "BERTH_FAILPOINTS", false},
 	}
-	dir := t.TempDir()
-	for _, c := range []struct {
-		name string
-		tags []string
-		want bool
-	}{
-		{"default", nil, false},
-		{"berthtest", []string{"-tags", "berthtest"}, true},
-	} {
-		bin := filepath.Join(dir, "berth-"+c.name)
-		// No -trimpath: the build then reuses the packages go test has
-		// just compiled, and the symbols it looks for do not depend on it.
-		args := append([]string{"build"}, c.tags...)
-		build := exec.Command(goBin, append(args, "-o", bin, "./cmd/berth")...)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(build.Args[1:], " "), err, out)
-		}
+	goBin := goCommand(t)
+	for _, c := range buildVariants(t, "./cmd/berth", nil) {
+		bin := c.bin
 		nm, err := exec.Command(goBin, "tool", "nm", bin).Output()
 		if err != nil {
 			t.Fatalf("go tool nm %s: %v", bin, err)
@@ -82,31 +59,8 @@ func TestDefaultAgentHasNoTestFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/berth-agent twice; skipped with -short")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH to build cmd/berth-agent with")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for _, c := range []struct {
-		name string
-		tags []string
-		want bool
-	}{
-		{"default", nil, false},
-		{"berthtest", []string{"-tags", "berthtest"}, true},
-	} {
-		bin := filepath.Join(dir, "berth-agent-"+c.name)
-		args := append([]string{"build"}, c.tags...)
-		build := exec.Command(goBin, append(args, "-o", bin, "./cmd/berth-agent")...)
-		build.Dir = root
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(build.Args[1:], " "), err, out)
-		}
+	for _, c := range buildVariants(t, "./cmd/berth-agent", []string{"CGO_ENABLED=0"}) {
+		bin := c.bin
 		data, err := os.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
@@ -117,4 +71,55 @@ func TestDefaultAgentHasNoTestFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+// variant is one build of a main package: the default (release) build,
+// or the berthtest build, which must hold what the default must not.
+type variant struct {
+	name string
+	bin  string
+	want bool // the test switches should be in it
+}
+
+func goCommand(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to build berth's binaries with")
+	}
+	return goBin
+}
+
+// buildVariants builds pkg (relative to the module root) without and with
+// the berthtest tag, with env added to the build's environment. No
+// -trimpath: the builds then reuse the packages go test has just
+// compiled, and what the tests look for does not depend on it.
+func buildVariants(t *testing.T, pkg string, env []string) []variant {
+	t.Helper()
+	goBin := goCommand(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var out []variant
+	for _, v := range []struct {
+		name string
+		tags []string
+		want bool
+	}{
+		{"default", nil, false},
+		{"berthtest", []string{"-tags", "berthtest"}, true},
+	} {
+		bin := filepath.Join(dir, filepath.Base(pkg)+"-"+v.name)
+		args := append([]string{"build"}, v.tags...)
+		build := exec.Command(goBin, append(args, "-o", bin, pkg)...)
+		build.Dir = root
+		build.Env = append(os.Environ(), env...)
+		if o, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(build.Args[1:], " "), err, o)
+		}
+		out = append(out, variant{name: v.name, bin: bin, want: v.want})
+	}
+	return out
 }
