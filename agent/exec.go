@@ -60,7 +60,7 @@ func (s *Server) prepareExec(req *api.ExecRequest) (*execPlan, error) {
 	p := &execPlan{acct: acct, timeout: time.Duration(req.TimeoutMs) * time.Millisecond}
 
 	env := make(map[string]string)
-	for _, kv := range s.cfg.BaseEnv {
+	for _, kv := range s.id.baseEnv() {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			env[k] = v
 		}

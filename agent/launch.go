@@ -64,7 +64,7 @@ func (s *Server) userHome(spec string) (name, home string, err error) {
 // hasProgram reports whether name is on the PATH commands get.
 func (s *Server) hasProgram(name string) bool {
 	path := defaultPath
-	for _, kv := range s.cfg.BaseEnv {
+	for _, kv := range s.id.baseEnv() {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok && v != "" {
 			path = v
 		}

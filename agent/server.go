@@ -37,6 +37,10 @@ type Config struct {
 	// nil. The host sets the agent's environment from the image config and
 	// the sandbox's env.
 	BaseEnv []string
+	// AwaitIdentity accepts one POST /v1/identity that replaces BaseEnv
+	// (a warm-pool member, identity.go); SetProcessEnv makes that bind
+	// set the agent's own environment too (the real agent, not tests).
+	AwaitIdentity, SetProcessEnv bool
 	// Logf logs; log.Printf when nil.
 	Logf func(format string, args ...any)
 	// HeartbeatInterval is how often an idle exec stream carries a
@@ -54,6 +58,8 @@ type Server struct {
 	// procs is set by registerProcessRoutes; file calls that name a
 	// session read its cwd and user through it (filescope.go).
 	procs *procManager
+	// id is the environment execs start from (identity.go).
+	id identity
 }
 
 // maxExecBody bounds an exec request. Exec carries stdin inline, base64 in
@@ -84,6 +90,8 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.MaxListEntries = DefaultMaxListEntries
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s.id = identity{env: cfg.BaseEnv, await: cfg.AwaitIdentity}
+	s.mux.HandleFunc("POST /v1/identity", s.handleIdentity)
 	s.mux.HandleFunc("GET /v1/health", s.handleHealth)
 	s.mux.HandleFunc("POST /v1/exec", s.handleExec)
 	s.mux.HandleFunc("GET /v1/files/content", s.handleReadFile)

@@ -25,6 +25,9 @@ type Options struct {
 	Image     string // default debian-trixie
 	Instance  string // default standard-2 (one full vCPU)
 	Isolation string // runc (default) or gvisor
+	// PoolInstance adds the warm-pool scenario (pool.go): the daemon keeps
+	// a pool of Image with this instance type ("": skip).
+	PoolInstance string
 	// DataDir and Runtime let the baseline build a raw runc bundle from the
 	// same image layers the server uses. Empty Runtime skips the baseline.
 	DataDir string
@@ -44,6 +47,10 @@ type Report struct {
 	Isolation string          `json:"isolation"`
 	Snapshot  *SnapshotReport `json:"snapshot,omitempty"`
 	Burst     *BurstReport    `json:"burst,omitempty"`
+	Pool      *PoolReport     `json:"pool,omitempty"`
+	// Ratios of the pool's figures to the cold ones of this run.
+	PoolTTIvsCold    *float64 `json:"pool_tti_vs_cold,omitempty"`
+	PoolTTIvsRuncRun *float64 `json:"pool_tti_vs_runc_run,omitempty"`
 }
 
 // Baselines are the same operations done with plain tools in the same run.
@@ -163,7 +170,22 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 		}
 		rep.Burst = br
 	}
+	if o.PoolInstance != "" {
+		pr, err := poolScenario(ctx, c, o, run, logf)
+		if err != nil {
+			return fmt.Errorf("pool scenario: %w", err)
+		}
+		rep.Pool = pr
+	}
 	rep.Baselines = baselines(ctx, o, logf)
+	if rep.Pool != nil && rep.Pool.TTI != nil {
+		if rep.TTI != nil {
+			rep.PoolTTIvsCold = ratio(rep.Pool.TTI.P50, rep.TTI.P50)
+		}
+		if rep.Baselines.RuncRun != nil {
+			rep.PoolTTIvsRuncRun = ratio(rep.Pool.TTI.P50, rep.Baselines.RuncRun.P50)
+		}
+	}
 	if rep.Baselines.RuncRun != nil && rep.TTI != nil {
 		rep.Ratios.TTIvsRuncRun = ratio(rep.TTI.P50, rep.Baselines.RuncRun.P50)
 	}
@@ -246,6 +268,30 @@ func printTable(out io.Writer, r Report) {
 		tw.Flush()
 		for _, e := range b.Errors {
 			fmt.Fprintf(out, "  failed: %s\n", e)
+		}
+	}
+	if p := r.Pool; p != nil {
+		fmt.Fprintf(out, "\nwarm pool scenario: instance %s, pool of %d; %d claims, %d misses\n", p.Instance, p.Size, p.Claims, p.Misses)
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "figure\tp50 ms\tp99 ms\tn\tvs cold TTI\tvs runc run\ttarget")
+		if p.TTI != nil {
+			vc, vr := "-", "-"
+			if r.PoolTTIvsCold != nil {
+				vc = fmt.Sprintf("%.2f×", *r.PoolTTIvsCold)
+			}
+			if r.PoolTTIvsRuncRun != nil {
+				vr = fmt.Sprintf("%.2f×", *r.PoolTTIvsRuncRun)
+			}
+			fmt.Fprintf(tw, "time to interactive from the pool\t%.1f\t%.1f\t%d\t%s\t%s\tp50 ≤ 15, p99 ≤ 40\n", p.TTI.P50, p.TTI.P99, p.TTI.N, vc, vr)
+		}
+		if b := p.Burst; b != nil && b.TTI != nil {
+			fmt.Fprintf(tw, "%d creates at once from a full pool, each\t%.1f\t%.1f (last %.0f)\t%d\t\t\tall succeed, p50 ≤ 100, last ≤ 500\n", b.N, b.TTI.P50, b.TTI.P99, b.WallMs, b.OK)
+		}
+		tw.Flush()
+		if p.Burst != nil {
+			for _, e := range p.Burst.Errors {
+				fmt.Fprintf(out, "  failed: %s\n", e)
+			}
 		}
 	}
 	if r.Baselines.Note != "" {

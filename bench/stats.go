@@ -10,6 +10,7 @@ import (
 type Stat struct {
 	P50 float64 `json:"p50"`
 	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
 	Min float64 `json:"min"`
 	Max float64 `json:"max"`
 	N   int     `json:"n"`
@@ -32,7 +33,7 @@ func summarize(d []time.Duration) *Stat {
 		}
 		return round(ms[i])
 	}
-	return &Stat{P50: rank(0.50), P95: rank(0.95), Min: round(ms[0]), Max: round(ms[len(ms)-1]), N: len(ms)}
+	return &Stat{P50: rank(0.50), P95: rank(0.95), P99: rank(0.99), Min: round(ms[0]), Max: round(ms[len(ms)-1]), N: len(ms)}
 }
 
 func round(v float64) float64 { return math.Round(v*100) / 100 }

@@ -47,3 +47,10 @@ func nodePath(name string, rest ...string) string {
 	}
 	return p
 }
+
+// ListPools returns this node's warm pools (operator key only).
+func (c *Client) ListPools(ctx context.Context) (api.PoolList, error) {
+	var list api.PoolList
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/pools", nil, nil, &list)
+	return list, err
+}

@@ -150,3 +150,11 @@ func userNS(r local.IDRange) *runtime.IDMapping {
 	}
 	return &runtime.IDMapping{HostID: r.HostID, Size: r.Size}
 }
+
+// Resize gives a running container new limits (a warm pool claim):
+// runtime.Selector.Resize with local's units.
+func (a rtAdapter) Resize(ctx context.Context, id string, milliCPU, memoryBytes, pids int64) error {
+	return a.Selector.Resize(ctx, id, runtime.Limits{MilliCPU: milliCPU, MemoryBytes: memoryBytes, Pids: pids})
+}
+
+var _ local.PoolRuntime = rtAdapter{}

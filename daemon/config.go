@@ -67,6 +67,16 @@ type Config struct {
 	// theirs. Off unless NodeListen is set.
 	Node   NodeAPIConfig
 	Member NodeConfig
+	// Pools are this node's warm pools, each IMAGE=SIZE[,instance=TYPE]
+	// (local.ParsePoolSpec; berth serve --pool), after the operator
+	// policy's.
+	Pools []string
+	// StartLimit, StartQueue and StartWait bound bursts of starts
+	// (local.GateConfig): how many run at once (default 2 per CPU), how
+	// many may wait (default 1024; -1 none) and for how long (default
+	// 30 s); past those a start is answered 429 with Retry-After.
+	StartLimit, StartQueue int
+	StartWait              time.Duration
 }
 
 // NodeConfig is this process's membership in its cluster (package

@@ -61,11 +61,15 @@ func OpenNode(ctx context.Context, cfg Config) (n node.Node, stop func(), err er
 		defer close(done)
 		host.mgr.Run(rctx)
 	}()
+	go host.mgr.RunPools(rctx)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
 			<-done
+			if d := host.mgr.PoolsDone(); d != nil {
+				<-d // the idle members are torn down
+			}
 			host.close()
 		})
 	}
@@ -221,6 +225,10 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		Logf:             w.Logf,
 		Policy:           w.Policy,
 		NodeName:         w.NodeName,
+		Gate:             local.GateConfig{Limit: cfg.StartLimit, MaxQueue: cfg.StartQueue, MaxWait: cfg.StartWait},
+	}
+	if mc.Pools, err = poolSpecs(*cfg, w.Policy); err != nil {
+		return nil, err
 	}
 	if w.NodeName != "" {
 		// A sandbox whose node dies wakes elsewhere from its last sleep,

@@ -250,6 +250,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logf("reconciled host state in %s", time.Since(t0).Round(time.Millisecond))
 	go mgr.Run(ctx)
+	go mgr.RunPools(ctx)
 	go objects.Run(ctx)
 	go pruneJournal(ctx, st, cfg.JournalRetention, logf)
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -277,7 +278,7 @@ func Run(ctx context.Context, cfg Config) error {
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
 	var (
 		loop  atomic.Pointer[membership.Loop] // set once the first heartbeat went out
-		faces = e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router})))
+		faces = e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools})))
 		pface = http.Handler(prox)
 	)
 	if cw != nil {
@@ -343,6 +344,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if nsrv != nil {
 			_ = nsrv.srv.Shutdown(sctx)
 		}
+		waitPools(sctx, mgr)
 		return nil
 	case err := <-errc:
 		return err

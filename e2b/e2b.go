@@ -305,6 +305,11 @@ type apiError struct {
 func writeErr(w http.ResponseWriter, err error) {
 	st := statusOf(err)
 	msg := err.Error()
+	if d, ok := errdefs.RetryAfter(err); ok {
+		// berth's start queue is full: 429, which the SDK raises as its
+		// RateLimitError, with when to come back.
+		w.Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
+	}
 	writeJSON(w, st, apiError{Code: st, Message: msg})
 }
 

@@ -110,8 +110,12 @@ func Parse(b []byte) (*Policy, error) {
 				names[t.Name] = true
 				p.Tenants = append(p.Tenants, t)
 			}
+		case "pools":
+			for _, n := range ps.strings(v, "pools") {
+				p.Pools = append(p.Pools, n.Value)
+			}
 		default:
-			ps.errf(k, "unknown key %q (want images, default or tenants)", k.Value)
+			ps.errf(k, "unknown key %q (want images, default, tenants or pools)", k.Value)
 		}
 		if seenKeys[k.Value] {
 			ps.errf(k, "%q appears twice", k.Value)

@@ -21,6 +21,10 @@ type Policy struct {
 	// API key among them). Nil: no per-tenant limits for them.
 	Default *Tenant
 	Tenants []*Tenant
+	// Pools are the warm pools each node keeps, in berth serve's --pool
+	// syntax (IMAGE=SIZE[,instance=TYPE]); the daemon parses them
+	// (node/local.ParsePoolSpec) and refuses to start on a bad one.
+	Pools []string
 }
 
 // Tenant is what one API key (or group of keys) may do.

@@ -94,3 +94,17 @@ func (s *server) setDraining(w http.ResponseWriter, r *http.Request, draining bo
 	writeJSON(w, http.StatusOK, n)
 	return nil
 }
+
+// listPools is GET /v1/pools: this node's warm pools, the operator's
+// (like the nodes: a tenant learns nothing of the machines).
+func (s *server) listPools(w http.ResponseWriter, r *http.Request) error {
+	if t := policy.TenantFrom(r.Context()); t != "" {
+		return errdefs.PermissionDenied("the warm pools are the operator's: tenant %q's key cannot read them", t)
+	}
+	list := api.PoolList{Pools: []api.Pool{}}
+	if s.opts.Pools != nil {
+		list.Pools = append(list.Pools, s.opts.Pools()...)
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}

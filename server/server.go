@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +59,9 @@ type Options struct {
 	// node, and creates to the node placement chose (control/forward,
 	// forward.go); nil: a single host, everything is served here.
 	Forward forward.Router
+	// Pools reports this node's warm pools (GET /v1/pools, operator
+	// only); nil: none.
+	Pools func() []api.Pool
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -144,6 +148,7 @@ var routes = []route{
 	{"GET", "/v1/sandboxes/{name}/journal", (*server).getJournal},
 	{"GET", "/v1/objects/{class}/{id}/journal", (*server).getObjectJournal},
 	// Cluster membership: nodes.go.
+	{"GET", "/v1/pools", (*server).listPools},
 	{"GET", "/v1/nodes", (*server).listNodes},
 	{"GET", "/v1/nodes/{node}", (*server).getNode},
 	{"POST", "/v1/nodes/{node}/drain", (*server).drainNode},
@@ -380,6 +385,10 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) {
 func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
 
 func writeError(w http.ResponseWriter, err error) {
+	if d, ok := errdefs.RetryAfter(err); ok {
+		// A full start queue (errdefs.TryLater): when to come back.
+		w.Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
+	}
 	writeJSON(w, api.HTTPStatus(err), errorBody(w, err))
 }
 

@@ -38,3 +38,11 @@ type ArchiveResult struct {
 	// Bytes is the total size of restored regular file contents.
 	Bytes int64 `json:"bytes"`
 }
+
+// IdentityRequest is POST /v1/identity: the environment every later exec
+// starts from, bound by the host when it hands a warm-pool member to its
+// sandbox (node/local's pool). An agent accepts it once, and only when it
+// was started with --pool-member.
+type IdentityRequest struct {
+	Env []string `json:"env"`
+}

@@ -147,6 +147,7 @@ Quick start:
 		a.policyCmd(),
 		a.callCmd(),
 		a.nodeCmd(),
+		a.poolCmd(),
 	)
 	return root
 }

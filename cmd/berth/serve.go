@@ -132,5 +132,9 @@ Examples:
 	f.StringArrayVar(&cfg.Member.Labels, "node-label", nil, "label KEY=VALUE on this node for placement constraints (repeatable; the sandbox label rule)")
 	f.DurationVar(&cfg.Member.Beat, "node-heartbeat", 2*time.Second, "how often this node rewrites its entry; must be under half of --node-stale")
 	f.DurationVar(&cfg.Member.Stale, "node-stale", 10*time.Second, "a node whose last heartbeat is older than this is stale: it takes no new sandboxes")
+	f.StringArrayVar(&cfg.Pools, "pool", nil, "warm pool IMAGE=SIZE[,instance=TYPE] (repeatable): keep SIZE sandboxes of IMAGE started and frozen, so that a matching create claims one in milliseconds (with instance=TYPE only creates of that type match; without, every type, its limits set at claim); e.g. --pool debian-trixie=4 --pool python=2,instance=basic")
+	f.IntVar(&cfg.StartLimit, "start-limit", 0, "most sandbox starts (creates and wakes; warm pool claims excluded) that run at once; more wait in a queue fair between tenants (default 2 per CPU)")
+	f.IntVar(&cfg.StartQueue, "start-queue", 1024, "most starts that may wait for a slot; more are answered 429 with Retry-After (-1: none wait)")
+	f.DurationVar(&cfg.StartWait, "start-wait", 30*time.Second, "longest a start waits for a slot before it is answered 429 with Retry-After")
 	return cmd
 }

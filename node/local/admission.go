@@ -15,11 +15,39 @@ func mayUse(ctx context.Context, owner string) bool {
 	return t == "" || t == owner
 }
 
-// admit checks a start of rec against the operator policy and, if it
+// admit lets a start of rec run: a fresh create (a record never saved)
+// that a warm pool serves takes its member now (pool_claim.go's
+// startFresh binds it); every other start takes a slot of the start gate
+// (gate.go), waiting in its queue or refused with errdefs.TryLater.
+// Then the operator policy is asked. release (after the start) frees the
+// slot, and gives a member the start did not use back to its pool.
+// Callers hold a.mu.
+func (m *Manager) admit(ctx context.Context, rec *store.Sandbox) (release func(), err error) {
+	var slot func()
+	if rec.Version == 0 && m.pools != nil {
+		if mb := m.pools.takeFor(ctx, m, rec); mb != nil {
+			m.reserveWarm(rec.Name, mb)
+			slot = func() { m.returnWarm(rec.Name) }
+		}
+	}
+	if slot == nil {
+		if slot, err = m.gate.acquire(ctx, rec.Tenant); err != nil {
+			return nil, err
+		}
+	}
+	done, err := m.admitPolicy(ctx, rec)
+	if err != nil {
+		slot()
+		return nil, err
+	}
+	return func() { done(); slot() }, nil
+}
+
+// admitPolicy checks a start of rec against the operator policy and, if it
 // passes, reserves its resources until release is called (after the
 // start), so that concurrent starts by one tenant cannot overshoot a quota
 // between the check and the record turning running. Callers hold a.mu.
-func (m *Manager) admit(ctx context.Context, rec *store.Sandbox) (release func(), err error) {
+func (m *Manager) admitPolicy(ctx context.Context, rec *store.Sandbox) (release func(), err error) {
 	p := m.cfg.Policy
 	if p == nil {
 		return func() {}, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -88,6 +89,13 @@ type Config struct {
 	// node uses it to leave a sandbox asleep for the entry node to move
 	// (daemon, berth node drain).
 	MayWake func(ctx context.Context, rec store.Sandbox) error
+	// Pools are the warm pools this node keeps (pool.go; RunPools fills
+	// them); PoolBackoff is the first retry delay after a failed refill
+	// (default 1 s, doubling to a minute).
+	Pools       []PoolSpec
+	PoolBackoff time.Duration
+	// Gate bounds how many starts run at once and how many wait (gate.go).
+	Gate GateConfig
 }
 
 // Manager is the set of sandbox controllers on this daemon.
@@ -112,6 +120,9 @@ type Manager struct {
 
 	admitMu  sync.Mutex
 	reserved map[string]*store.Sandbox // admitted starts in flight; guarded by admitMu
+
+	gate  *startGate // bounds concurrent starts (gate.go)
+	pools *pools     // warm pools (pool.go); nil without any
 }
 
 // actor is the in-memory half of one sandbox's controller. Every lifecycle
@@ -161,6 +172,10 @@ func New(cfg Config) *Manager {
 	}
 	cfg.UserNS.defaults()
 	m := &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
+	m.gate = newStartGate(cfg.Gate, goruntime.NumCPU())
+	if len(cfg.Pools) > 0 {
+		m.pools = newPools(m, cfg.Pools)
+	}
 	if s, ok := cfg.Store.(interface {
 		store.Objects
 		store.Ops
@@ -445,7 +460,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	}
 	m.touch(a)
 	if a.rec.State != api.StateRunning {
-		if err := m.start(ctx, a); err != nil {
+		if err := m.startFresh(ctx, a, created); err != nil {
 			if created && errors.As(err, new(beforeSandbox)) {
 				// A create that failed before its sandbox existed (a
 				// missing image, say) leaves nothing: the name stays free.

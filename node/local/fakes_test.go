@@ -22,11 +22,23 @@ import (
 // logic; the real parts are exercised by their own packages and by the
 // integration suite.
 
-type fakeImages struct{ err error }
+type fakeImages struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *fakeImages) setErr(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
 
 func (f *fakeImages) Prepare(ctx context.Context, ref string) (Image, error) {
-	if f.err != nil {
-		return Image{}, f.err
+	f.mu.Lock()
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return Image{}, err
 	}
 	digest := ref
 	if !strings.HasPrefix(ref, "sha256:") {
@@ -120,6 +132,51 @@ type fakeRuntime struct {
 	bundles map[string]string
 	running map[string]*agent.Server
 	creates int
+	// written is each container's last Bundle; frozen, resized and
+	// hostnames what the pool runtime did (PoolRuntime).
+	written   map[string]Bundle
+	frozen    map[string]bool
+	resized   map[string][3]int64
+	hostname  map[string]string
+	failStart error         // Start fails with it
+	block     chan struct{} // Start waits until it is closed (set before use)
+}
+
+func (f *fakeRuntime) Freeze(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen == nil {
+		f.frozen = map[string]bool{}
+	}
+	f.frozen[id] = true
+	return nil
+}
+
+func (f *fakeRuntime) Thaw(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.frozen, id)
+	return nil
+}
+
+func (f *fakeRuntime) Resize(ctx context.Context, id string, milliCPU, memoryBytes, pids int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.resized == nil {
+		f.resized = map[string][3]int64{}
+	}
+	f.resized[id] = [3]int64{milliCPU, memoryBytes, pids}
+	return nil
+}
+
+func (f *fakeRuntime) SetHostname(id, bundle, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hostname == nil {
+		f.hostname = map[string]string{}
+	}
+	f.hostname[id] = name
+	return nil
 }
 
 func (f *fakeRuntime) Create(ctx context.Context, id, bundle string) error {
@@ -134,10 +191,19 @@ func (f *fakeRuntime) Create(ctx context.Context, id, bundle string) error {
 }
 
 func (f *fakeRuntime) Start(ctx context.Context, id string) error {
+	if f.block != nil {
+		<-f.block
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failStart != nil {
+		return f.failStart
+	}
 	sock := filepath.Join(filepath.Dir(f.bundles[id]), "agent", "agent.sock")
-	srv, err := agent.NewServer(agent.Config{DefaultUser: "root", Version: "test", Reaper: agent.NewReaper(false), EtcDir: f.t.TempDir()})
+	b := f.written[id]
+	pool := len(b.Args) > 0 && b.Args[len(b.Args)-1] == "--pool-member"
+	srv, err := agent.NewServer(agent.Config{DefaultUser: "root", Version: "test", Reaper: agent.NewReaper(false), EtcDir: f.t.TempDir(),
+		BaseEnv: b.Env, AwaitIdentity: pool})
 	if err != nil {
 		return err
 	}
@@ -205,6 +271,12 @@ func (f *fakeRuntime) InitPid(id, bundle string) (int, error) {
 }
 
 func (f *fakeRuntime) WriteBundle(dir string, b Bundle) error {
+	f.mu.Lock()
+	if f.written == nil {
+		f.written = map[string]Bundle{}
+	}
+	f.written[b.ID] = b
+	f.mu.Unlock()
 	return os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o600)
 }
 

@@ -36,6 +36,9 @@ func toAPI(r store.Sandbox) api.Sandbox { return r.View() }
 // ImageInUse reports whether any sandbox records digest, so the image
 // store can refuse to delete an image that a sandbox still needs.
 func (m *Manager) ImageInUse(digest string) bool {
+	if m.pools.usesImage(digest) { // a warm pool member runs on it
+		return true
+	}
 	recs, err := m.listOwned(context.Background()) // images are per node
 	if err != nil {
 		return true // when in doubt, keep the image

@@ -75,7 +75,7 @@ func (m *Manager) allocateHostUID(ctx context.Context, a *actor) error {
 	c := m.cfg.UserNS
 	for i := 0; i < c.Count; i++ {
 		h := c.Base + uint32(i)*c.Size
-		if !used[h] {
+		if !used[h] && !m.pools.holdsUID(h) { // a warm pool member's is taken too
 			a.rec.HostUID = h
 			if err := m.save(ctx, a); err != nil {
 				a.rec.HostUID = 0

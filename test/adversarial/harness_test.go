@@ -176,6 +176,11 @@ func startDaemon(weak string) (*daemonProc, error) {
 	if isolation != "" {
 		args = append(args, "--default-isolation", isolation)
 	}
+	// BERTH_ADV_POOL=N keeps a warm pool of N sandboxes of the default
+	// image, so that the probes run on claimed pool members (issue 15).
+	if n := os.Getenv("BERTH_ADV_POOL"); n != "" {
+		args = append(args, "--pool", "debian-trixie="+n)
+	}
 	env := []string{}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, weaken.EnvVar+"=") {
@@ -253,6 +258,15 @@ func sandbox(t *testing.T, req api.CreateSandboxRequest) api.Sandbox {
 			t.Logf("destroy %s: %v", req.Name, err)
 		}
 	})
+	if os.Getenv("BERTH_ADV_POOL") != "" {
+		if js, err := d.c.Journal(ctx, req.Name); err == nil {
+			for _, j := range js {
+				if j.Op == "start" {
+					t.Logf("sandbox %s: start %s", req.Name, j.Detail)
+				}
+			}
+		}
+	}
 	f, err := os.Open(probeBin)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,205 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+)
+
+// poolProbe is what TestPoolClaimedLikeCold compares, read from inside
+// the sandbox (and its journal and policy from the API). Host-specific
+// values (its address, its host id range) are masked.
+const poolProbe = `
+echo "hostname=$(hostname)"
+echo "etc-hostname=$(cat /etc/hostname)"
+echo "--- hosts"; sed -E 's/^[0-9.]+\t/IP\t/' /etc/hosts
+echo "--- resolv"; cat /etc/resolv.conf
+echo "--- env"; env | grep -v -e '^PWD=' -e '^SHLVL=' -e '^_=' -e '^OLDPWD=' | sort
+echo "--- status"; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Seccomp_filters|Uid|Gid|Groups):' /proc/self/status
+echo "--- uid_map"; awk '{print $1, "HOST", $3}' /proc/self/uid_map
+echo "--- gid_map"; awk '{print $1, "HOST", $3}' /proc/self/gid_map
+echo "--- cgroup"; for f in cpu.max cpu.weight memory.max memory.swap.max pids.max; do echo "$f $(cat /sys/fs/cgroup/$f 2>&1)"; done
+echo "--- net"; ip -o -4 addr show 2>/dev/null | awk '{print $2}' | sort; awk 'NR>1 {print $1, $2, $8}' /proc/net/route
+echo "--- mounts"; awk '{print $2, $3}' /proc/self/mounts | sort
+echo "--- egress"; (timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo open) 2>/dev/null || echo closed
+`
+
+func observeSandbox(t *testing.T, name string) (inside string, journal []string, pol api.NetworkPolicy) {
+	t.Helper()
+	res := run(t, name, poolProbe)
+	if res.ExitCode != 0 {
+		t.Fatalf("probe in %s: exit %d: %s %s", name, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	js, err := d.c.Journal(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		journal = append(journal, j.Op)
+	}
+	if pol, err = d.c.GetNetwork(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	return res.Stdout, journal, pol
+}
+
+// TestPoolClaimedLikeCold creates a sandbox cold on the suite's daemon
+// (no pool), then the same one on a daemon with a warm pool, where it is
+// claimed, and compares them from inside and through the API: hostname,
+// /etc files, env of an exec (a secret-looking variable and a PATH
+// override among it: env stays on the warm path), /proc/self/status
+// (capabilities, no_new_privs, seccomp), uid and gid maps, cgroup limits,
+// network, egress policy and reachability, and the journal's operations.
+func TestPoolClaimedLikeCold(t *testing.T) {
+	ctx := context.Background()
+	req := api.CreateSandboxRequest{Name: "it-pool-eq", Instance: "basic",
+		Env:     map[string]string{"API_TOKEN": "tok-123", "PATH": "/opt/x/bin:/usr/local/bin:/usr/bin:/bin"},
+		Labels:  map[string]string{"team": "eq"},
+		Network: &api.NetworkPolicy{Allow: []string{"example.com"}, Deny: []string{}, Inject: []api.InjectRule{}},
+	}
+	sandbox(t, req)
+	coldIn, coldJournal, coldPol := observeSandbox(t, req.Name)
+	if err := d.c.Destroy(ctx, req.Name); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same daemon with a warm pool; the suite's comes back at the end.
+	d.stop()
+	d = nil
+	t.Cleanup(func() {
+		if d != nil {
+			d.stop()
+		}
+		var err error
+		if d, err = startDaemon(nil); err != nil {
+			t.Errorf("restart the suite's daemon: %v", err)
+		}
+	})
+	var err error
+	if d, err = startDaemon(nil, "--pool", "debian-trixie=2"); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, 2)
+	sandbox(t, req)
+	warmIn, warmJournal, warmPol := observeSandbox(t, req.Name)
+	p := pools(t)[0]
+	if p.Claims != 1 || p.Misses != 0 {
+		t.Fatalf("the create did not claim a member: %+v", p)
+	}
+	for _, want := range []string{"hostname=it-pool-eq\n", "API_TOKEN=tok-123\n", "PATH=/opt/x/bin:", "BERTH_SANDBOX=it-pool-eq\n", "memory.max 1073741824\n", "cpu.max 25000 100000\n"} {
+		if !strings.Contains(coldIn, want) {
+			t.Fatalf("cold sandbox lacks %q:\n%s", want, coldIn)
+		}
+	}
+	if coldIn != warmIn {
+		t.Errorf("claimed sandbox differs from cold:\n--- cold\n%s\n--- claimed\n%s", coldIn, warmIn)
+	}
+	if !slices.Equal(coldJournal, warmJournal) {
+		t.Errorf("journal: cold %q, claimed %q", coldJournal, warmJournal)
+	}
+	if cj, wj := mustJSON(t, coldPol), mustJSON(t, warmPol); cj != wj {
+		t.Errorf("egress policy: cold %s, claimed %s", cj, wj)
+	}
+	// The journal says it was a claim, and when.
+	js, _ := d.c.Journal(ctx, req.Name)
+	var start string
+	for _, j := range js {
+		if j.Op == "start" {
+			start = j.Detail
+		}
+	}
+	if !strings.Contains(start, "warm pool") {
+		t.Errorf("start entry %q does not name the pool", start)
+	}
+	// A destroyed claim's member is gone for good: the pool refills with
+	// new ones.
+	sb, _ := d.c.Get(ctx, req.Name)
+	if err := d.c.Destroy(ctx, req.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, 2)
+	if out, _ := execCmd("sh", "-c", "ls "+itRunDir+"/sandboxes"); strings.Contains(out, sb.ID) {
+		t.Errorf("destroyed claim's run dir %s is still there", sb.ID)
+	}
+}
+
+// TestPoolMemberPosture: the posture and isolation probes of the
+// adversarial suite run on claimed members when it is run with
+// BERTH_ADV_POOL (scripts/test.sh); here, a quick check that a claimed
+// member's init is frozen no more, and that the idle ones are.
+func TestPoolMembersFrozen(t *testing.T) {
+	d.stop()
+	d = nil
+	t.Cleanup(func() {
+		if d != nil {
+			d.stop()
+		}
+		var err error
+		if d, err = startDaemon(nil); err != nil {
+			t.Errorf("restart the suite's daemon: %v", err)
+		}
+	})
+	var err error
+	if d, err = startDaemon(nil, "--pool", "debian-trixie=2"); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, 2)
+	frozen := regexp.MustCompile(`(?m)^frozen 1$`)
+	out, _ := execCmd("sh", "-c", "cat /sys/fs/cgroup/"+strings.TrimPrefix(itRunDir, "/run/")+"/*/cgroup.events")
+	if n := len(frozen.FindAllString(out, -1)); n != 2 {
+		t.Fatalf("%d frozen cgroups, want the 2 idle members:\n%s", n, out)
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-thaw"})
+	if res := run(t, "it-pool-thaw", "cat /sys/fs/cgroup/cgroup.events"); !strings.Contains(res.Stdout, "frozen 0") {
+		t.Fatalf("claimed sandbox's cgroup: %s", res.Stdout)
+	}
+}
+
+func pools(t *testing.T) []api.Pool {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+d.listen+"/v1/pools", nil)
+	req.Header.Set("Authorization", "Bearer "+readKey(t))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list api.PoolList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Pools) == 0 {
+		t.Fatalf("GET /v1/pools: %d %v %+v", resp.StatusCode, err, list)
+	}
+	return list.Pools
+}
+
+func waitPoolReady(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		p := pools(t)[0]
+		if p.Ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never had %d ready: %+v", n, p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
