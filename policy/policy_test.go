@@ -206,3 +206,18 @@ surprise: 1
 		t.Fatalf("syntax error: %v", err)
 	}
 }
+
+// TestParsePools: pools: is a list of --pool strings, kept as written
+// (the daemon parses them); anything but a list of strings is refused.
+func TestParsePools(t *testing.T) {
+	p, err := Parse([]byte("pools: [\"debian-trixie=4\", \"python=2,instance=basic\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Pools) != 2 || p.Pools[0] != "debian-trixie=4" || p.Pools[1] != "python=2,instance=basic" {
+		t.Fatalf("pools: %q", p.Pools)
+	}
+	if _, err := Parse([]byte("pools: debian-trixie=4\n")); !errdefs.IsKind(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("pools as a scalar: %v", err)
+	}
+}

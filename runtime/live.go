@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -81,12 +82,13 @@ func (s *Selector) Resize(ctx context.Context, id string, l Limits) error {
 	type write struct{ file, value string }
 	var ws []write
 	if l.MilliCPU > 0 {
-		quota := l.MilliCPU * cpuPeriod / 1000
-		shares := uint64(l.MilliCPU * 1024 / 1000)
-		if shares < 2 {
-			shares = 2
+		weight, ok := runcWeight(dir, shares(l.MilliCPU))
+		if !ok {
+			// A conversion of shares to cpu.weight this code does not
+			// know: let runc write what it would.
+			return s.Pick(id).Update(ctx, id, l)
 		}
-		weight := 1 + ((shares-2)*9999)/262142 // runc's shares → cpu.weight
+		quota := l.MilliCPU * cpuPeriod / 1000
 		ws = append(ws, write{"cpu.max", strconv.FormatInt(quota, 10) + " " + strconv.Itoa(cpuPeriod)},
 			write{"cpu.weight", strconv.FormatUint(weight, 10)})
 	}
@@ -145,4 +147,76 @@ func SetHostname(pid int, name string) error {
 		return fmt.Errorf("set hostname: %w", err)
 	}
 	return nil
+}
+
+// shares is the spec's cpu.shares for milliCPU (resources in spec.go).
+func shares(milliCPU int64) uint64 {
+	v := uint64(milliCPU * 1024 / 1000)
+	if v < 2 {
+		v = 2
+	}
+	return v
+}
+
+// runcWeight is the cpu.weight runc writes for shares on cgroup v2. runc
+// has used two conversions (linear, then since 2025 a quadratic one in
+// log space); which one this runc uses is read off the container's
+// current cgroup: the weight it wrote for the shares of its current quota.
+// ok is false when neither fits.
+func runcWeight(dir string, want uint64) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 || f[0] == "max" {
+		return 0, false
+	}
+	quota, err1 := strconv.ParseInt(f[0], 10, 64)
+	period, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || period <= 0 {
+		return 0, false
+	}
+	b, err = os.ReadFile(filepath.Join(dir, "cpu.weight"))
+	if err != nil {
+		return 0, false
+	}
+	cur, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	have := shares(quota * 1000 / period)
+	lin, quad := linearWeight(have), quadraticWeight(have)
+	switch {
+	case lin == quad:
+		return 0, false // cannot tell which
+	case cur == quad:
+		return quadraticWeight(want), true
+	case cur == lin:
+		return linearWeight(want), true
+	}
+	return 0, false
+}
+
+// linearWeight is runc's conversion until 2025.
+func linearWeight(shares uint64) uint64 {
+	if shares == 0 {
+		return 0
+	}
+	return 1 + ((shares-2)*9999)/262142
+}
+
+// quadraticWeight is the conversion runc (opencontainers/cgroups) uses
+// since 2025: it maps the default 1024 shares to the default weight 100.
+func quadraticWeight(shares uint64) uint64 {
+	switch {
+	case shares == 0:
+		return 0
+	case shares <= 2:
+		return 1
+	case shares >= 262144:
+		return 10000
+	}
+	l := math.Log2(float64(shares))
+	return uint64(math.Ceil(math.Pow(10, (l*l+125*l)/612.0-7.0/34.0)))
 }

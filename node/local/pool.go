@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/agentclient"
@@ -81,6 +82,10 @@ func ParsePoolSpec(s string) (PoolSpec, error) {
 	return p, nil
 }
 
+// refillQuiet is how long after the last claim a refill waits, so that
+// a burst of claims does not share the CPU with member starts.
+const refillQuiet = 20 * time.Millisecond
+
 // maxPoolSize bounds one pool: each member holds a user namespace range,
 // an address and some MiB of host memory.
 const maxPoolSize = 1000
@@ -133,6 +138,9 @@ type pools struct {
 	// yet (admit, claim); guarded by mu.
 	reserved map[string]*member
 	kick     chan struct{}
+	// lastClaim is when a member was last taken (unix ns): refills wait
+	// until claims have been quiet for refillQuiet.
+	lastClaim atomic.Int64
 	// backoff is the first retry delay after a failed refill; it doubles
 	// with each failure in a row up to maxBackoff.
 	backoff, maxBackoff time.Duration
@@ -265,8 +273,22 @@ func (ps *pools) refillOne(ctx context.Context) time.Duration {
 	pick.starting++
 	ps.mu.Unlock()
 
-	// A refill is the lowest-priority start: it takes a slot of the
-	// start gate only when no live create waits for one.
+	// A refill is the lowest-priority start: it waits out a burst of
+	// claims (none for refillQuiet), then takes a slot of the start gate
+	// only when no live create waits for one.
+	for {
+		quiet := time.Duration(time.Now().UnixNano() - ps.lastClaim.Load())
+		if quiet >= refillQuiet {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(refillQuiet - quiet):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	release, err := ps.m.gate.acquireIdle(ctx)
 	if err != nil {
 		ps.mu.Lock()
@@ -334,6 +356,7 @@ func (ps *pools) take(spec func(s PoolSpec, digest string) bool, ok func(*member
 			}
 			p.idle = append(p.idle[:i:i], p.idle[i+1:]...)
 			p.claims++
+			ps.lastClaim.Store(time.Now().UnixNano())
 			return mb
 		}
 		if empty == nil {

@@ -19,7 +19,7 @@ import (
 // the sandbox (and its journal and policy from the API). Host-specific
 // values (its address, its host id range) are masked.
 const poolProbe = `
-echo "hostname=$(hostname)"
+echo "hostname=$(cat /proc/sys/kernel/hostname)"
 echo "etc-hostname=$(cat /etc/hostname)"
 echo "--- hosts"; sed -E 's/^[0-9.]+\t/IP\t/' /etc/hosts
 echo "--- resolv"; cat /etc/resolv.conf
@@ -28,7 +28,7 @@ echo "--- status"; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Seccom
 echo "--- uid_map"; awk '{print $1, "HOST", $3}' /proc/self/uid_map
 echo "--- gid_map"; awk '{print $1, "HOST", $3}' /proc/self/gid_map
 echo "--- cgroup"; for f in cpu.max cpu.weight memory.max memory.swap.max pids.max; do echo "$f $(cat /sys/fs/cgroup/$f 2>&1)"; done
-echo "--- net"; ip -o -4 addr show 2>/dev/null | awk '{print $2}' | sort; awk 'NR>1 {print $1, $2, $8}' /proc/net/route
+echo "--- net"; ls /sys/class/net; awk 'NR>1 {print $1, $2, $8}' /proc/net/route
 echo "--- mounts"; awk '{print $2, $3}' /proc/self/mounts | sort
 echo "--- egress"; (timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo open) 2>/dev/null || echo closed
 `
