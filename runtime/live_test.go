@@ -3,6 +3,7 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -28,21 +29,10 @@ func TestRuncWeight(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, "cpu.max"), []byte("50000 100000\n"), 0o644)
-		os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(itoa(c.current)+"\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(strconv.FormatUint(c.current, 10)+"\n"), 0o644)
 		got, ok := runcWeight(dir, shares(250))
 		if ok != c.ok || got != c.want {
 			t.Errorf("%s: got %d %v, want %d %v", c.name, got, ok, c.want, c.ok)
 		}
 	}
-}
-
-func itoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; v > 0; v /= 10 {
-		b = append([]byte{byte('0' + v%10)}, b...)
-	}
-	return string(b)
 }
