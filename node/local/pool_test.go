@@ -76,16 +76,16 @@ func waitPool(t *testing.T, m *Manager, what string, cond func(api.Pool) bool) a
 // observed is what a test can see of a sandbox from inside and from the
 // host.
 type observed struct {
-	env                    string
-	hostname               string
-	limits                 [3]int64
-	etc                    map[string]string
-	journal                []string
-	view                   api.Sandbox
-	userns                 uint32 // the range's size
-	binds                  []Bind
-	agentArgs, isolation   string
-	rootfsIdmapSize, disks uint32
+	env                  string
+	hostname             string
+	limits               [3]int64
+	etc                  map[string]string
+	journal              []string
+	view                 api.Sandbox
+	userns               uint32 // the range's size
+	binds                []Bind
+	agentArgs, isolation string
+	rootfsIdmapSize      uint32
 }
 
 func observe(t *testing.T, r *rig, name string, claimed bool) observed {
