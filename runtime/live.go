@@ -34,11 +34,48 @@ func (s *Selector) cgroupDir(id string) string {
 	return filepath.Join(CgroupRoot, filepath.Clean("/"+s.CgroupsPath(id)))
 }
 
+// v1Dir is id's directory in the cgroup v1 hierarchy of controller, ""
+// on a v2-only host or for gVisor.
+func (s *Selector) v1Dir(id, controller string) string {
+	if validID(id) != nil || s.IsGVisor(id) || Unified() {
+		return ""
+	}
+	d := filepath.Join(CgroupRoot, controller, filepath.Clean("/"+s.CgroupsPath(id)))
+	if _, err := os.Stat(d); err != nil {
+		return ""
+	}
+	return d
+}
+
+// v1Freeze sets a v1 freezer and waits for the state to be reached.
+func v1Freeze(ctx context.Context, dir, state string) error {
+	if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(state), 0); err != nil {
+		return err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) == state {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errdefs.Wrap(errdefs.ErrUnavailable, ctx.Err(), "freezer %s", state)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // Freeze freezes every process of id (an idle pool member costs no CPU).
 // It returns once the kernel reports the cgroup frozen.
 func (s *Selector) Freeze(ctx context.Context, id string) error {
 	dir := s.cgroupDir(id)
 	if dir == "" {
+		if d := s.v1Dir(id, "freezer"); d != "" {
+			return v1Freeze(ctx, d, "FROZEN")
+		}
 		return s.Pick(id).Pause(ctx, id)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0); err != nil {
@@ -64,6 +101,9 @@ func (s *Selector) Freeze(ctx context.Context, id string) error {
 func (s *Selector) Thaw(ctx context.Context, id string) error {
 	dir := s.cgroupDir(id)
 	if dir == "" {
+		if d := s.v1Dir(id, "freezer"); d != "" {
+			return v1Freeze(ctx, d, "THAWED")
+		}
 		return s.Pick(id).Resume(ctx, id)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0); err != nil {
@@ -77,6 +117,9 @@ func (s *Selector) Thaw(ctx context.Context, id string) error {
 func (s *Selector) Resize(ctx context.Context, id string, l Limits) error {
 	dir := s.cgroupDir(id)
 	if dir == "" {
+		if done, err := s.resizeV1(id, l); done {
+			return err
+		}
 		return s.Pick(id).Update(ctx, id, l)
 	}
 	type write struct{ file, value string }
@@ -219,4 +262,60 @@ func quadraticWeight(shares uint64) uint64 {
 	}
 	l := math.Log2(float64(shares))
 	return uint64(math.Ceil(math.Pow(10, (l*l+125*l)/612.0-7.0/34.0)))
+}
+
+// resizeV1 writes l to id's cgroup v1 files as runc does for the same
+// spec (cpu.cfs_period_us, cpu.cfs_quota_us, cpu.shares;
+// memory.limit_in_bytes with memory.memsw.limit_in_bytes equal to it, in
+// the order the kernel accepts; pids.max). done is false when the
+// hierarchies are not where they are expected (the caller uses runc).
+func (s *Selector) resizeV1(id string, l Limits) (done bool, err error) {
+	cpu, mem, pids := s.v1Dir(id, "cpu"), s.v1Dir(id, "memory"), s.v1Dir(id, "pids")
+	if cpu == "" || mem == "" || pids == "" {
+		return false, nil
+	}
+	w := func(dir, file, v string) error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0); err != nil {
+			return fmt.Errorf("resize %s: %s: %w", id, file, err)
+		}
+		return nil
+	}
+	if l.MilliCPU > 0 {
+		if err := w(cpu, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+			return true, err
+		}
+		if err := w(cpu, "cpu.cfs_quota_us", strconv.FormatInt(l.MilliCPU*cpuPeriod/1000, 10)); err != nil {
+			return true, err
+		}
+		if err := w(cpu, "cpu.shares", strconv.FormatUint(shares(l.MilliCPU), 10)); err != nil {
+			return true, err
+		}
+	}
+	if l.MemoryBytes > 0 && !weaken.Off(weaken.MemoryLimit) {
+		v := strconv.FormatInt(l.MemoryBytes, 10)
+		_, serr := os.Stat(filepath.Join(mem, "memory.memsw.limit_in_bytes"))
+		swap := serr == nil
+		cur, _ := os.ReadFile(filepath.Join(mem, "memory.limit_in_bytes"))
+		curV, _ := strconv.ParseInt(strings.TrimSpace(string(cur)), 10, 64)
+		// memsw must stay at or above the limit: raise it first when
+		// growing, lower it last when shrinking.
+		order := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
+		if l.MemoryBytes > curV {
+			order = []string{"memory.memsw.limit_in_bytes", "memory.limit_in_bytes"}
+		}
+		for _, f := range order {
+			if f == "memory.memsw.limit_in_bytes" && !swap {
+				continue
+			}
+			if err := w(mem, f, v); err != nil {
+				return true, err
+			}
+		}
+	}
+	if l.Pids > 0 && !weaken.Off(weaken.PIDLimit) {
+		if err := w(pids, "pids.max", strconv.FormatInt(l.Pids, 10)); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }
