@@ -344,7 +344,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if nsrv != nil {
 			_ = nsrv.srv.Shutdown(sctx)
 		}
-		waitPools(sctx, mgr)
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer pcancel()
+		waitPools(pctx, mgr)
 		return nil
 	case err := <-errc:
 		return err

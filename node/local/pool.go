@@ -333,9 +333,19 @@ func (ps *pools) drain() {
 		p.idle = nil
 	}
 	ps.mu.Unlock()
+	// A few at a time: each is a runtime delete, a netns and a mount.
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
 	for _, mb := range all {
-		ps.m.discardMember(context.Background(), mb)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			ps.m.discardMember(context.Background(), mb)
+			<-sem
+		}()
 	}
+	wg.Wait()
 }
 
 // take removes and returns an idle member, of a pool that spec accepts
