@@ -300,12 +300,14 @@ func newForwarder(cfg Config, token string, st stateStore, placer forward.Placer
 	w.placer, w.sharedBlobs = placer, cfg.Blobs.S3Endpoint != ""
 	return forward.New(forward.Config{
 		Self: cfg.Member.Name, Token: token, Records: st, Nodes: st, Placer: placer,
-		OwnerDown:    forward.OwnerDownFunc(w.ownerDown),
-		Mover:        forward.MoverFunc(w.moveOff),
-		ObjectHolder: w.objectHolder,
-		Staleness:    cfg.Member.Stale,
-		Transport:    clearGuard{rt: tr, insecure: cfg.Node.Insecure},
-		Logf:         w.logf,
+		OwnerDown:     forward.OwnerDownFunc(w.ownerDown),
+		Mover:         forward.MoverFunc(w.moveOff),
+		ObjectHolder:  w.objectHolder,
+		Staleness:     cfg.Member.Stale,
+		OwnerCacheAge: cfg.Member.OwnerCache,
+		NodeCacheAge:  cfg.Member.NodeCache,
+		Transport:     clearGuard{rt: tr, insecure: cfg.Node.Insecure},
+		Logf:          w.logf,
 	}), nil
 }
 
