@@ -159,7 +159,7 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 // sandbox's leftover alarm) where its lease is held, taken by the first
 // member that asks and renewed as long as it keeps asking.
 func (w *clusterWiring) owns(ctx context.Context, a durable.Address) (bool, error) {
-	if a.Class == local.SandboxClass {
+	if a.Class == durable.BuiltinSandboxClass {
 		rec, err := w.st.Get(ctx, a.ID)
 		if err == nil {
 			return rec.Owner == w.self || (rec.Owner == "" && w.isNode), nil
