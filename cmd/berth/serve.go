@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/daemon"
 )
 
@@ -85,6 +86,12 @@ Examples:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.DataDir = client.DataDir(a.dataDir)
 			cfg.Blobs.NoImages = !s3Images
+			// On the command line 0 means no cache; in Config, the default.
+			for _, d := range []*time.Duration{&cfg.Member.OwnerCache, &cfg.Member.NodeCache} {
+				if *d == 0 {
+					*d = -1
+				}
+			}
 			return runDaemon(cmd.Context(), cfg)
 		},
 	}
@@ -132,6 +139,8 @@ Examples:
 	f.StringArrayVar(&cfg.Member.Labels, "node-label", nil, "label KEY=VALUE on this node for placement constraints (repeatable; the sandbox label rule)")
 	f.DurationVar(&cfg.Member.Beat, "node-heartbeat", 2*time.Second, "how often this node rewrites its entry; must be under half of --node-stale")
 	f.DurationVar(&cfg.Member.Stale, "node-stale", 10*time.Second, "a node whose last heartbeat is older than this is stale: it takes no new sandboxes")
+	f.DurationVar(&cfg.Member.OwnerCache, "route-owner-cache", forward.DefaultOwnerCacheAge, "how long a request for a sandbox running on another node is routed by the owner last read, without reading its record (the owner checks and refuses one it no longer owns; the request is then routed again); 0 reads the record on every request")
+	f.DurationVar(&cfg.Member.NodeCache, "route-node-cache", forward.DefaultNodeCacheAge, "how old the owner's node entry (address, heartbeat, draining) a request is routed by may be; 0 reads it on every request")
 	f.StringArrayVar(&cfg.Pools, "pool", nil, "warm pool IMAGE=SIZE[,instance=TYPE] (repeatable): keep SIZE sandboxes of IMAGE started and frozen, so that a matching create claims one in milliseconds (with instance=TYPE only creates of that type match; without, every type, its limits set at claim); e.g. --pool debian-trixie=4 --pool python=2,instance=basic")
 	f.IntVar(&cfg.StartLimit, "start-limit", 0, "most sandbox starts (creates and wakes; warm pool claims excluded) that run at once; more wait in a queue fair between tenants (default 2 per CPU)")
 	f.IntVar(&cfg.StartQueue, "start-queue", 1024, "most starts that may wait for a slot; more are answered 429 with Retry-After (-1: none wait)")

@@ -317,9 +317,7 @@ func poolRigFrom(t *testing.T, r *rig, specs ...PoolSpec) *rig {
 	r.cfg.PoolBackoff = 10 * time.Millisecond
 	r.m = New(r.cfg)
 	r.h = durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf, Now: r.now})
-	if err := r.m.AttachObjects(r.h); err != nil {
-		t.Fatal(err)
-	}
+	attachControllers(t, r.m, r.h, r.now)
 	pctx, cancel := context.WithCancel(context.Background())
 	go r.m.RunPools(pctx)
 	t.Cleanup(func() {
