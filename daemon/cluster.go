@@ -127,7 +127,7 @@ type clusterWiring struct {
 // routes the takeover all the same. The takeover is conditional on the
 // record as read, still naming the dead owner: of two members taking over
 // at once one wins, and the other sends the request to the winner's
-// choice (forward.ErrRerouted), as this one does when it chose another
+// choice (forward.ErrTakenOver), as this one does when it chose another
 // node.
 func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, error) {
 	n, err := w.st.GetNode(ctx, d.Node)
@@ -152,7 +152,7 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 		return false, errdefs.Wrap(errdefs.ErrUnavailable, err, "sandbox %q: read its record to take it over from dead node %q: %v; retry", d.Sandbox, d.Node, err)
 	}
 	if rec.Owner != d.Node {
-		return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrRerouted, "sandbox %q moved off dead node %q to %q while this request was routed; retry", d.Sandbox, d.Node, rec.Owner)
+		return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "sandbox %q moved off dead node %q to %q while this request was routed; retry", d.Sandbox, d.Node, rec.Owner)
 	}
 	to, err := w.takeoverTo(ctx, rec)
 	if err != nil {
@@ -162,7 +162,7 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 	if err != nil {
 		if errdefs.IsKind(err, errdefs.ErrFailedPrecondition) {
 			// Another member took it over first: route by its record.
-			return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrRerouted, "sandbox %q is moving off dead node %q right now; retry", d.Sandbox, d.Node)
+			return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "sandbox %q is moving off dead node %q right now; retry", d.Sandbox, d.Node)
 		}
 		return false, errdefs.Wrap(errdefs.ErrUnavailable, err, "take over sandbox %q from dead node %q: %v", d.Sandbox, d.Node, err)
 	}
@@ -171,7 +171,7 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 	if to == w.self {
 		return true, nil
 	}
-	return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrRerouted, "sandbox %q was taken over from dead node %q onto node %q; retry", d.Sandbox, d.Node, to)
+	return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "sandbox %q was taken over from dead node %q onto node %q; retry", d.Sandbox, d.Node, to)
 }
 
 // takeoverTo is the node a dead owner's sandbox rec moves to: placement's
@@ -209,7 +209,7 @@ func (w *clusterWiring) takeoverTo(ctx context.Context, rec store.Sandbox) (stri
 // sandbox's leftover alarm) where its lease is held, taken by the first
 // member that asks and renewed as long as it keeps asking.
 func (w *clusterWiring) owns(ctx context.Context, a durable.Address) (bool, error) {
-	if a.Class == local.SandboxClass {
+	if a.Class == durable.BuiltinSandboxClass {
 		rec, err := w.st.Get(ctx, a.ID)
 		if err == nil {
 			return rec.Owner == w.self || (rec.Owner == "" && w.isNode), nil
@@ -354,12 +354,14 @@ func newForwarder(cfg Config, token string, st stateStore, placer forward.Placer
 	w.placer, w.sharedBlobs = placer, cfg.Blobs.S3Endpoint != ""
 	return forward.New(forward.Config{
 		Self: cfg.Member.Name, Token: token, Records: st, Nodes: st, Placer: placer,
-		OwnerDown:    forward.OwnerDownFunc(w.ownerDown),
-		Mover:        forward.MoverFunc(w.moveOff),
-		ObjectHolder: w.objectHolder,
-		Staleness:    cfg.Member.Stale,
-		Transport:    clearGuard{rt: tr, insecure: cfg.Node.Insecure},
-		Logf:         w.logf,
+		OwnerDown:     forward.OwnerDownFunc(w.ownerDown),
+		Mover:         forward.MoverFunc(w.moveOff),
+		ObjectHolder:  w.objectHolder,
+		Staleness:     cfg.Member.Stale,
+		OwnerCacheAge: cfg.Member.OwnerCache,
+		NodeCacheAge:  cfg.Member.NodeCache,
+		Transport:     clearGuard{rt: tr, insecure: cfg.Node.Insecure},
+		Logf:          w.logf,
 	}), nil
 }
 

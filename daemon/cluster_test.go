@@ -18,7 +18,6 @@ import (
 	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/store"
 	"github.com/berth-sh/berth/store/sqlite"
 )
@@ -114,7 +113,7 @@ func (p *placeOn) Place(_ context.Context, req api.CreateSandboxRequest) (string
 
 // TestOwnerDownTakesOverWherePlacementSays: a dead owner's sandbox moves
 // to the node placement chooses, not to the member the request reached;
-// that member routes the request there (forward.ErrRerouted), even when it
+// that member routes the request there (forward.ErrTakenOver), even when it
 // runs no sandboxes itself. A record another member moved meanwhile is not
 // written again, and placement's refusal is a 503 that leaves the record
 // alone. Control: placement choosing this member serves it here.
@@ -126,7 +125,7 @@ func TestOwnerDownTakesOverWherePlacementSays(t *testing.T) {
 	before := putOwned(t, st, "p", "dead")
 	time.Sleep(2 * time.Millisecond)
 	local, err := ctl.ownerDown(ctx, forward.Down{Sandbox: "p", Node: "dead", Cause: io.EOF})
-	if local || !errors.Is(err, forward.ErrRerouted) || !errdefs.IsKind(err, errdefs.ErrUnavailable) {
+	if local || !errors.Is(err, forward.ErrTakenOver) || !errdefs.IsKind(err, errdefs.ErrUnavailable) {
 		t.Fatalf("control member, placement says n3: local=%v err=%v, want a reroute", local, err)
 	}
 	got, _ := st.Get(ctx, "p")
@@ -145,7 +144,7 @@ func TestOwnerDownTakesOverWherePlacementSays(t *testing.T) {
 	// routed again, the record untouched, placement not asked.
 	v := got.Version
 	local, err = ctl.ownerDown(ctx, forward.Down{Sandbox: "p", Node: "dead", Cause: io.EOF})
-	if local || !errors.Is(err, forward.ErrRerouted) {
+	if local || !errors.Is(err, forward.ErrTakenOver) {
 		t.Fatalf("moved meanwhile: local=%v err=%v", local, err)
 	}
 	if got, _ := st.Get(ctx, "p"); got.Version != v || got.Owner != "n3" || len(pl.asked) != 1 {
@@ -156,7 +155,7 @@ func TestOwnerDownTakesOverWherePlacementSays(t *testing.T) {
 	putOwned(t, st, "q", "dead")
 	pl.err = errdefs.ResourceExhausted("every node is full")
 	local, err = ctl.ownerDown(ctx, forward.Down{Sandbox: "q", Node: "dead", Cause: io.EOF})
-	if local || errors.Is(err, forward.ErrRerouted) || !errdefs.IsKind(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "every node is full") {
+	if local || errors.Is(err, forward.ErrTakenOver) || !errdefs.IsKind(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "every node is full") {
 		t.Fatalf("no room: local=%v err=%v, want 503 with placement's reason", local, err)
 	}
 	if got, _ := st.Get(ctx, "q"); got.Owner != "dead" {
@@ -166,7 +165,7 @@ func TestOwnerDownTakesOverWherePlacementSays(t *testing.T) {
 	// Placement picks the dead owner itself (a node list not yet showing
 	// it stale): refused, not moved onto the dead node.
 	pl.err, pl.node = nil, "dead"
-	if local, err := ctl.ownerDown(ctx, forward.Down{Sandbox: "q", Node: "dead", Cause: io.EOF}); local || err == nil || errors.Is(err, forward.ErrRerouted) {
+	if local, err := ctl.ownerDown(ctx, forward.Down{Sandbox: "q", Node: "dead", Cause: io.EOF}); local || err == nil || errors.Is(err, forward.ErrTakenOver) {
 		t.Fatalf("placement chose the dead node: local=%v err=%v", local, err)
 	}
 
@@ -195,14 +194,14 @@ func TestOwnsAlarmsWhereTheObjectLives(t *testing.T) {
 		addr durable.Address
 		want bool
 	}{
-		{n1, durable.Address{Class: local.SandboxClass, ID: "mine"}, true},
-		{n1, durable.Address{Class: local.SandboxClass, ID: "theirs"}, false},
-		{n2, durable.Address{Class: local.SandboxClass, ID: "theirs"}, true},
+		{n1, durable.Address{Class: durable.BuiltinSandboxClass, ID: "mine"}, true},
+		{n1, durable.Address{Class: durable.BuiltinSandboxClass, ID: "theirs"}, false},
+		{n2, durable.Address{Class: durable.BuiltinSandboxClass, ID: "theirs"}, true},
 		{n1, durable.Address{Class: "counter", ID: "a"}, true}, // first to ask takes the lease
 		{n2, durable.Address{Class: "counter", ID: "a"}, false},
 		{n1, durable.Address{Class: "counter", ID: "a"}, true}, // renewal
-		{n2, durable.Address{Class: local.SandboxClass, ID: "destroyed"}, true},
-		{n1, durable.Address{Class: local.SandboxClass, ID: "destroyed"}, false},
+		{n2, durable.Address{Class: durable.BuiltinSandboxClass, ID: "destroyed"}, true},
+		{n1, durable.Address{Class: durable.BuiltinSandboxClass, ID: "destroyed"}, false},
 	} {
 		got, err := c.w.owns(ctx, c.addr)
 		if err != nil || got != c.want {

@@ -372,7 +372,7 @@ func TestOwnerDown(t *testing.T) {
 }
 
 // OwnerDown that moves the sandbox onto another live node (a takeover
-// placed elsewhere: forward.ErrRerouted) sends the request to that node,
+// placed elsewhere: forward.ErrTakenOver) sends the request to that node,
 // both when the owner is known down before the dial and when the dial
 // fails; its body arrives whole. Control: without the reroute the answer
 // is OwnerDown's error, and nothing reaches the new owner.
@@ -400,7 +400,7 @@ func TestOwnerDownReroutes(t *testing.T) {
 			return false, errdefs.Unavailable("sandbox %q: no node can take it over", d.Sandbox)
 		}
 		c.own(d.Sandbox, "n2") // the takeover placement chose
-		return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrRerouted, "taken over onto n2")
+		return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "taken over onto n2")
 	})})
 	for _, owner := range []string{"n9", "never-joined"} {
 		name := "r-" + owner
