@@ -20,7 +20,6 @@ import (
 	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/policy"
-	"github.com/berth-sh/berth/server"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -35,8 +34,9 @@ import (
 //     it and creates to the node placement chose (control/forward over
 //     the node listener, control/placement);
 //   - a request for a sandbox whose owner is dead (no heartbeat for
-//     --node-stale) takes the sandbox over here (store.Takeover): it
-//     wakes on this node from its last persisted state;
+//     --node-stale) takes the sandbox over (store.TakeoverFrom) onto the
+//     node placement chooses, and goes there (or is served here when
+//     that is this member): it wakes from its last persisted state;
 //   - a sleeping sandbox of a draining node moves, on its next request,
 //     to the member that got it (or placement's choice), and the draining
 //     node sleeps its running ones so that they follow (drain.go);
@@ -100,9 +100,11 @@ type clusterWiring struct {
 	st     stateStore
 	stale  time.Duration
 	logf   func(string, ...any)
-	// evict drops a durable object's instance here (durable.Host.Evict);
-	// set once the object host exists.
-	evict func(durable.Address)
+	// evict drops a durable object's instance here (durable.Host.Evict),
+	// resident says whether one is in memory (durable.Host.Resident); set
+	// once the object host exists.
+	evict    func(durable.Address)
+	resident func(durable.Address) bool
 
 	// For moving sandboxes off draining nodes (drain.go), set by
 	// newForwarder: where placement puts one, and whether the blob store
@@ -111,16 +113,22 @@ type clusterWiring struct {
 	sharedBlobs bool
 
 	mu     sync.Mutex
-	epochs map[string]int64 // object lease key -> the epoch this member last held it at
-	logged map[string]int64 // logOnce: the record version last logged per sandbox
+	epochs map[string]int64     // object lease key -> the epoch this member last held it at
+	held   map[string]heldLease // object leases held now (objlease.go)
+	logged map[string]int64     // logOnce: the record version last logged per sandbox
 }
 
 // ownerDown is forward.OwnerDown: a sandbox whose owner cannot be reached
-// is taken over here when the owner is dead (its entry is gone, or its
-// heartbeat is older than the staleness bound) and this process runs
-// sandboxes; otherwise the answer is 503, naming the node. The takeover is
-// version-conditional: of two members taking over at once, one wins and
-// the other answers "moved, retry".
+// is taken over when the owner is dead (its entry is gone, or its
+// heartbeat is older than the staleness bound); otherwise the answer is
+// 503, naming the node. Placement chooses the node it moves to (takeoverTo:
+// capacity, isolation, the tenant's nodes, image and snapshot locality),
+// which need not be this member: a full member, or one of role control,
+// routes the takeover all the same. The takeover is conditional on the
+// record as read, still naming the dead owner: of two members taking over
+// at once one wins, and the other sends the request to the winner's
+// choice (forward.ErrTakenOver), as this one does when it chose another
+// node.
 func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, error) {
 	n, err := w.st.GetNode(ctx, d.Node)
 	var age time.Duration
@@ -139,19 +147,61 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 				d.Sandbox, d.Node, d.Cause, age.Round(time.Millisecond), w.stale)
 		}
 	}
-	if !w.isNode {
-		return false, errdefs.Wrap(errdefs.ErrUnavailable, d.Cause, "sandbox %q: its node %q is dead and this member (role control) runs no sandboxes to take it over; retry through a node", d.Sandbox, d.Node)
+	rec, err := w.st.Get(ctx, d.Sandbox)
+	if err != nil {
+		return false, errdefs.Wrap(errdefs.ErrUnavailable, err, "sandbox %q: read its record to take it over from dead node %q: %v; retry", d.Sandbox, d.Node, err)
 	}
-	rec, err := store.Takeover(ctx, w.st, d.Sandbox, w.self)
+	if rec.Owner != d.Node {
+		return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "sandbox %q moved off dead node %q to %q while this request was routed; retry", d.Sandbox, d.Node, rec.Owner)
+	}
+	to, err := w.takeoverTo(ctx, rec)
+	if err != nil {
+		return false, err
+	}
+	rec, err = store.TakeoverFrom(ctx, w.st, rec, d.Node, to)
 	if err != nil {
 		if errdefs.IsKind(err, errdefs.ErrFailedPrecondition) {
-			return false, errdefs.Wrap(errdefs.ErrUnavailable, err, "sandbox %q is moving off dead node %q right now; retry", d.Sandbox, d.Node)
+			// Another member took it over first: route by its record.
+			return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "sandbox %q is moving off dead node %q right now; retry", d.Sandbox, d.Node)
 		}
 		return false, errdefs.Wrap(errdefs.ErrUnavailable, err, "take over sandbox %q from dead node %q: %v", d.Sandbox, d.Node, err)
 	}
-	_ = w.st.Append(ctx, store.JournalEntry{Sandbox: d.Sandbox, Op: "takeover", Detail: fmt.Sprintf("from %s (heartbeat %s old) to %s, epoch %d", d.Node, age.Round(time.Millisecond), w.self, rec.OwnerEpoch), At: time.Now()})
-	w.logf("takeover: sandbox %s from dead node %s (last heartbeat %s ago): owned here now, epoch %d", d.Sandbox, d.Node, age.Round(time.Millisecond), rec.OwnerEpoch)
-	return true, nil
+	_ = w.st.Append(ctx, store.JournalEntry{Sandbox: d.Sandbox, Op: "takeover", Detail: fmt.Sprintf("from %s (heartbeat %s old) to %s (chosen by %s), epoch %d", d.Node, age.Round(time.Millisecond), to, w.self, rec.OwnerEpoch), At: time.Now()})
+	w.logf("takeover: sandbox %s from dead node %s (last heartbeat %s ago) to %s, epoch %d", d.Sandbox, d.Node, age.Round(time.Millisecond), to, rec.OwnerEpoch)
+	if to == w.self {
+		return true, nil
+	}
+	return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "sandbox %q was taken over from dead node %q onto node %q; retry", d.Sandbox, d.Node, to)
+}
+
+// takeoverTo is the node a dead owner's sandbox rec moves to: placement's
+// choice for it (moveRequest: its size, isolation, image and persisted
+// snapshot, under its tenant's bounds; the dead node is stale, so never
+// chosen). Without a placer (tests) it is this member when it runs
+// sandboxes.
+func (w *clusterWiring) takeoverTo(ctx context.Context, rec store.Sandbox) (string, error) {
+	if w.placer == nil {
+		if !w.isNode {
+			return "", errdefs.Unavailable("sandbox %q: its node %q is dead and this member (role control) runs no sandboxes to take it over; retry through a node", rec.Name, rec.Owner)
+		}
+		return w.self, nil
+	}
+	to, err := w.placer.Place(policy.WithTenant(ctx, rec.Tenant), moveRequest(rec))
+	if err != nil {
+		return "", errdefs.Wrap(errdefs.ErrUnavailable, err, "sandbox %q: its node %q is dead and no node can take it over: %v; retry", rec.Name, rec.Owner, err)
+	}
+	switch to {
+	case "":
+		if !w.isNode {
+			return "", errdefs.Unavailable("sandbox %q: its node %q is dead and placement chose no node for it; retry", rec.Name, rec.Owner)
+		}
+		return w.self, nil
+	case rec.Owner:
+		// The node list this member placed by still had the owner alive
+		// (it is at most a second or two old).
+		return "", errdefs.Unavailable("sandbox %q: its node %q is dead, but this member's node list does not show it yet; retry", rec.Name, rec.Owner)
+	}
+	return to, nil
 }
 
 // owns is durable.Config.Owns: a sandbox's object lives where the sandbox
@@ -181,9 +231,11 @@ func objectLeaseKey(class, id string) string { return "object/" + class + "/" + 
 // held the object in between, so the instance this process may still keep
 // in memory is evicted before it serves (its Storage is current; its
 // memory may not be). The lease lasts --node-stale past its last call or
-// alarm tick here, as long as a dead member's sandboxes wait.
+// alarm tick here, as long as a dead member's sandboxes wait, and is
+// renewed while its instance stays in memory here (leaseLoop).
 func (w *clusterWiring) objectHolder(ctx context.Context, class, id string) (string, error) {
 	key := objectLeaseKey(class, id)
+	sent := time.Now()
 	l, err := w.st.AcquireLease(ctx, key, w.self, w.stale)
 	if errdefs.IsKind(err, errdefs.ErrAlreadyExists) {
 		return l.Holder, nil
@@ -191,7 +243,9 @@ func (w *clusterWiring) objectHolder(ctx context.Context, class, id string) (str
 	if err != nil {
 		return "", err
 	}
-	w.leaseHeld(durable.Address{Class: class, ID: id}, key, l.Epoch)
+	addr := durable.Address{Class: class, ID: id}
+	w.leaseHeld(addr, key, l.Epoch)
+	w.hold(addr, l, sent)
 	return w.self, nil
 }
 
@@ -327,25 +381,4 @@ func (g clearGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("node URL %s://%s is plain http to a host that is not loopback: the cluster credential would cross the network in the clear (serve the node API with TLS, or give --node-insecure on a trusted network)", r.URL.Scheme, r.URL.Host)
 	}
 	return g.rt.RoundTrip(r)
-}
-
-// storeGate refuses every request but GET /v1/health while this member has
-// not written its heartbeat for longer than stale (since reports how long
-// ago it last did): the other members count it as dead by then and may be
-// taking its sandboxes over, so serving one here could make a second
-// owner. It answers at once with 503 instead of letting each request wait
-// for a state store that does not answer; the first heartbeat that gets
-// through opens it again.
-func storeGate(next http.Handler, self string, since func() time.Duration, stale time.Duration) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/health" {
-			if d := since(); d > stale {
-				server.WriteError(w, errdefs.Unavailable(
-					"member %q has not reached the cluster's state store for %s (longer than --node-stale %s): the cluster counts it as dead, so it serves nothing until it reaches the store again; retry, or send the request to another member",
-					self, d.Round(time.Second), stale))
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
 }

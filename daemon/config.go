@@ -39,9 +39,13 @@ type Config struct {
 	Egress       EgressConfig
 	// Cluster is a PostgreSQL DSN: the state store lives there instead of
 	// in SQLite under DataDir (cluster mode). It holds a password, so it
-	// is never logged. Empty: $BERTH_CLUSTER_DSN (ClusterDSNEnv), else
-	// SQLite.
+	// is never logged. Empty: the file ClusterFile names, else
+	// $BERTH_CLUSTER_DSN (ClusterDSNEnv), else SQLite.
 	Cluster string
+	// ClusterFile is a file holding the DSN (one line; a Kubernetes
+	// Secret mounted as a file, say), so that it is in neither argv nor
+	// the environment. Giving it beside Cluster is an error.
+	ClusterFile string
 	// Classes registers durable-object classes (package durable) before
 	// the daemon serves; programs that embed berth set it. Nil: none.
 	Classes func(h *durable.Host) error
@@ -60,7 +64,9 @@ type Config struct {
 	RequestLog string
 	// APIKeyFile holds the user API key; default <data>/api-key, created
 	// (0600) on first start when absent. In a cluster every member must
-	// be given the same one: a user's key works on any node.
+	// be given the same one: a user's key works on any node. A file given
+	// here that exists is never replaced: one with a key shorter than
+	// minAPIKey is a start-up error.
 	APIKeyFile string
 	// Node is the node API: this machine's node served to other berth
 	// processes (package node/remote), and how this process reaches

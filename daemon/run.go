@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"net/http"
@@ -53,8 +54,8 @@ func (c *Config) defaults() error {
 	if c.DataDir == "" {
 		c.DataDir = "/var/lib/berth"
 	}
-	if c.Cluster == "" {
-		c.Cluster = os.Getenv(ClusterDSNEnv)
+	if err := c.clusterDSN(); err != nil {
+		return err
 	}
 	if c.RunDir == "" {
 		c.RunDir = "/run/berth"
@@ -134,10 +135,16 @@ func Run(ctx context.Context, cfg Config) error {
 	// not the control plane (adversarial checklist #19).
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-900"), 0o644)
 
+	var (
+		key string
+		err error
+	)
 	if cfg.APIKeyFile == "" {
 		cfg.APIKeyFile = filepath.Join(cfg.DataDir, "api-key")
+		key, err = loadOrCreateKey(cfg.APIKeyFile)
+	} else {
+		key, err = loadGivenKey(cfg.APIKeyFile)
 	}
-	key, err := loadOrCreateKey(cfg.APIKeyFile)
 	if err != nil {
 		return err
 	}
@@ -230,7 +237,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	objects := durable.NewHost(dcfg)
 	if cw != nil {
-		cw.evict = objects.Evict
+		cw.evict, cw.resident = objects.Evict, objects.Resident
+		go cw.leaseLoop(ctx, leaseRenewEvery(cfg.Member.Stale))
 	}
 	// The built-in Sandbox class; the node calls back into its objects
 	// for what it starts but the controller decides (fork, wake, journal).
@@ -293,8 +301,10 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return 0
 		}
-		faces = storeGate(faces, cw.self, since, cfg.Member.Stale)
-		pface = storeGate(pface, cw.self, since, cfg.Member.Stale)
+		watch := newStaleWatch(cw.self, since, cfg.Member.Stale)
+		go watch.run(ctx)
+		faces = storeGate(faces, watch)
+		pface = storeGate(pface, watch)
 	}
 	h := server.Guard(faces,
 		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak})
@@ -374,8 +384,54 @@ func makeDirs(cfg Config) error {
 	return nil
 }
 
+// minAPIKey is the shortest API key berth accepts from a file.
+const minAPIKey = 32
+
+// clusterDSN fills Cluster from ClusterFile or $BERTH_CLUSTER_DSN when it
+// is not given. The DSN is never quoted in an error.
+func (c *Config) clusterDSN() error {
+	if c.ClusterFile == "" {
+		if c.Cluster == "" {
+			c.Cluster = os.Getenv(ClusterDSNEnv)
+		}
+		return nil
+	}
+	if c.Cluster != "" {
+		return errors.New("--cluster and --cluster-file both given: give the DSN once")
+	}
+	b, err := os.ReadFile(c.ClusterFile)
+	if err != nil {
+		return fmt.Errorf("--cluster-file: %w", err)
+	}
+	dsn := strings.TrimSpace(string(b))
+	if dsn == "" || strings.ContainsAny(dsn, "\r\n") {
+		return fmt.Errorf("--cluster-file %s: want one line holding a PostgreSQL DSN", c.ClusterFile)
+	}
+	c.Cluster = dsn
+	return nil
+}
+
+// loadGivenKey reads the key of a file the operator named
+// (--api-key-file): a missing file is made as loadOrCreateKey does, an
+// existing one is never replaced (it may be a read-only Secret, or shared
+// by every member of a cluster), so a short key is an error.
+func loadGivenKey(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return loadOrCreateKey(path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	key := strings.TrimSpace(string(b))
+	if len(key) < minAPIKey {
+		return "", fmt.Errorf("--api-key-file %s holds a key of %d characters: berth needs at least %d (an E2B SDK wants e2b_ and 40 hex digits)", path, len(key), minAPIKey)
+	}
+	return key, nil
+}
+
 func loadOrCreateKey(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= minAPIKey {
 		return strings.TrimSpace(string(b)), nil
 	}
 	// "e2b_" + 40 hex characters: the form E2B's SDKs check, so the same

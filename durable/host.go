@@ -349,6 +349,16 @@ func (h *Host) Evict(addr Address) {
 	in.mu.Unlock()
 }
 
+// Resident reports whether the instance at addr is in memory (a call,
+// an alarm or StateOf looked it up, and it was not evicted since). In a
+// cluster the daemon renews the object's lease while it is.
+func (h *Host) Resident(addr Address) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.live[addr]
+	return ok
+}
+
 // Live is the number of instances in memory.
 func (h *Host) Live() int {
 	h.mu.Lock()

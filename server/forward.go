@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 
@@ -11,11 +12,13 @@ import (
 )
 
 // Routes the router places rather than follows: a create names a sandbox
-// that has no owner yet.
+// that has no owner yet. A restore names its sandbox in the body, not the
+// path: it is the sandbox's owner's to run (it writes into the sandbox).
 const (
 	createPattern      = "POST /v1/sandboxes"
 	getOrCreatePattern = "PUT /v1/sandboxes/{name}"
 	objectCallPattern  = "POST /v1/objects/{class}/{id}/{method}"
+	restorePattern     = "POST /v1/backups/{id}/restore"
 )
 
 // forward asks the router where a request goes, after authentication and
@@ -23,7 +26,9 @@ const (
 // call; journaling it here too would record it twice). It reports whether
 // the request was answered: proxied to its owner or refused with an error.
 // Routes without a sandbox (the inventory, images, snapshot and backup
-// records) are served here from the shared store.
+// records) are served here from the shared store; every route that acts
+// on a sandbox, by its path ({name}, a sandbox object's id) or its body (a
+// restore), goes to the sandbox's owner.
 func (s *server) forward(w http.ResponseWriter, r *http.Request, pattern string) bool {
 	rt := forward.Route{Face: forward.API}
 	var out forward.Outcome
@@ -49,6 +54,15 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, pattern string)
 			return false // the route answers the bad body
 		}
 		out, err = s.opts.Forward.Create(w, r, req, rt)
+	case pattern == restorePattern:
+		target, ok := s.peekRestore(r)
+		if !ok {
+			return false // the route answers the bad body
+		}
+		out, err = s.opts.Forward.Sandbox(w, r, target, rt)
+		if out == forward.Missing {
+			out = forward.Local // the route answers "no such sandbox"
+		}
 	case name != "":
 		if ValidateSandboxName(name) != nil {
 			return false // the route answers 400
@@ -83,6 +97,25 @@ func (s *server) peekCreate(r *http.Request, name string) (api.CreateSandboxRequ
 	}
 	req, err := parseCreate(bytes.NewReader(data), name, name != "")
 	return req, err == nil
+}
+
+// peekRestore is the sandbox a restore writes into, read from its body
+// like peekCreate (r.Body left readable from the start); false when the
+// body does not parse or names no valid sandbox.
+func (s *server) peekRestore(r *http.Request) (string, bool) {
+	if r.Body == nil {
+		return "", false
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	r.Body = replayBody{Reader: io.MultiReader(bytes.NewReader(data), r.Body), Closer: r.Body}
+	if err != nil || int64(len(data)) > s.opts.MaxBodyBytes {
+		return "", false
+	}
+	var req api.RestoreBackupRequest
+	if json.Unmarshal(data, &req) != nil || ValidateSandboxName(req.Sandbox) != nil {
+		return "", false
+	}
+	return req.Sandbox, true
 }
 
 // replayBody is a request body whose first bytes were read ahead.

@@ -144,3 +144,42 @@ func TestForwardCreatePlaced(t *testing.T) {
 		t.Fatalf("bad body: %d %s", code, body)
 	}
 }
+
+// A restore runs on the sandbox's owner, the one its body names: a
+// restore through a non-owner is proxied with its body intact, never run
+// at the entry. A restore for a sandbox with no record, or with a body
+// that names none, is the entry's own answer (the route's 404 or 400).
+func TestForwardRestoreToOwner(t *testing.T) {
+	st, nodes := fwdCluster(t)
+	if _, err := st.Put(context.Background(), store.Sandbox{Name: "box", ID: "id-box", State: api.StateRunning, Owner: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		n.f.mu.Lock()
+		n.f.backups = map[string]api.Backup{"bk1": {ID: "bk1", Sandbox: "box", Dir: "/home/user"}}
+		n.f.mu.Unlock()
+	}
+	code, body := call(t, "POST", nodes["n1"].user.URL+"/v1/backups/bk1/restore", `{"sandbox":"box","dir":"/home/user"}`)
+	if code != http.StatusOK {
+		t.Fatalf("restore through n1: %d %s", code, body)
+	}
+	if got := nodes["n2"].f.lastRestore; nodes["n2"].f.lastRestored != "bk1" || got.Sandbox != "box" || got.Dir != "/home/user" {
+		t.Fatalf("n2 restored %q %+v, want bk1 into box", nodes["n2"].f.lastRestored, got)
+	}
+	if nodes["n1"].f.lastRestored != "" {
+		t.Fatalf("n1 ran the restore of a sandbox n2 owns")
+	}
+	// Control: at the owner itself it runs there, as it always did.
+	nodes["n2"].f.lastRestored = ""
+	if code, body := call(t, "POST", nodes["n2"].user.URL+"/v1/backups/bk1/restore", `{"sandbox":"box"}`); code != http.StatusOK || nodes["n2"].f.lastRestored != "bk1" {
+		t.Fatalf("restore at the owner: %d %s", code, body)
+	}
+	// No record: the entry answers (the fake has no such sandbox).
+	call(t, "POST", nodes["n1"].user.URL+"/v1/backups/bk1/restore", `{"sandbox":"nobox"}`)
+	if nodes["n2"].f.lastRestore.Sandbox == "nobox" || nodes["n1"].f.lastRestore.Sandbox != "nobox" {
+		t.Fatalf("a restore into a sandbox without a record: n1 got %+v, n2 %+v; want n1's own answer", nodes["n1"].f.lastRestore, nodes["n2"].f.lastRestore)
+	}
+	if code, _ := call(t, "POST", nodes["n1"].user.URL+"/v1/backups/bk1/restore", `{"sandbox":"Bad_Name"}`); code != http.StatusBadRequest {
+		t.Fatalf("bad sandbox name: %d, want 400", code)
+	}
+}

@@ -33,6 +33,27 @@ func Takeover(ctx context.Context, s Store, name, node string) (Sandbox, error) 
 	return handOver(ctx, s, rec, node)
 }
 
+// TakeoverFrom is Takeover conditional on the record as the caller read
+// it: the write succeeds only when read is still the stored version and
+// still names from (the dead owner) as its owner. A caller that chose node
+// by reading read (placement) thus never moves a sandbox that another
+// member took over meanwhile, to a node that is alive and may already be
+// waking it; it gets an errdefs failed-precondition error and reads the
+// record again.
+func TakeoverFrom(ctx context.Context, s Store, read Sandbox, from, node string) (Sandbox, error) {
+	switch {
+	case node == "" || from == "":
+		return Sandbox{}, errdefs.InvalidArgument("takeover of %q: both the node it leaves and the node it moves to must be named", read.Name)
+	case node == from:
+		return Sandbox{}, errdefs.InvalidArgument("takeover of %q: it already is on node %q", read.Name, node)
+	case read.Version == 0:
+		return Sandbox{}, errdefs.InvalidArgument("takeover of %q: the record was not read from the store (version 0)", read.Name)
+	case read.Owner != from:
+		return Sandbox{}, errdefs.FailedPrecondition("takeover of %q off node %q: it is owned by %q now", read.Name, from, read.Owner)
+	}
+	return handOver(ctx, s, read, node)
+}
+
 // TakeoverSleeping moves a sleeping sandbox off a live owner that is
 // draining (berth node drain) to node. read is the record as the caller
 // read it: the write is conditional on read.Version, and it is refused

@@ -51,8 +51,9 @@ created or upgraded at start. A server that cannot be reached fails start-up
 naming its host; later, while it is down, requests fail with 503 and nothing
 is recorded. The DSN's password is never logged, but a command line is
 readable by every local user: give the password in a ~/.pgpass file or
-$PGPASSWORD, or the whole DSN in $BERTH_CLUSTER_DSN (a systemd
-EnvironmentFile, say). Whoever administers that database can read and
+$PGPASSWORD, the whole DSN in a file named by --cluster-file (a
+Kubernetes Secret mounted as a file, say), or in $BERTH_CLUSTER_DSN (a
+systemd EnvironmentFile, say). Whoever administers that database can read and
 change all of berth's state, secrets included.
 
 --node-listen serves this machine's node to other berth processes (the
@@ -66,8 +67,8 @@ that runs it over that node's --node-listen (required for the node role),
 and creates are placed on the member that scores best (image and snapshot
 layers held, free capacity, creates in flight). Every member needs the
 same --api-key-file and --cluster-token-file. A sandbox whose node is
-silent past --node-stale moves to the member its next request reaches and
-wakes there from its last sleep (in a cluster every sleep persists to S3);
+silent past --node-stale moves, on its next request, to the node
+placement chooses and wakes there from its last sleep (in a cluster every sleep persists to S3);
 its changes since then and its processes are lost. A member that comes
 back after that stops its stale containers without writing. Try it on one
 machine with scripts/cluster.sh up.
@@ -97,7 +98,8 @@ Examples:
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address for the HTTP API")
-	f.StringVar(&cfg.Cluster, "cluster", "", "PostgreSQL DSN for the state store (postgres://USER@HOST:PORT/DB?sslmode=verify-full); default $"+daemon.ClusterDSNEnv+", else SQLite in --data")
+	f.StringVar(&cfg.Cluster, "cluster", "", "PostgreSQL DSN for the state store (postgres://USER@HOST:PORT/DB?sslmode=verify-full); default: --cluster-file, else $"+daemon.ClusterDSNEnv+", else SQLite in --data")
+	f.StringVar(&cfg.ClusterFile, "cluster-file", "", "file holding the --cluster DSN on one line, kept out of argv and the environment (not with --cluster)")
 	f.StringVar(&cfg.Runtime, "runtime", "", "OCI runtime binary (default: runc beside berth, then $PATH)")
 	f.StringVar(&cfg.AgentBinary, "agent", "", "berth-agent binary (default: beside berth, then $PATH)")
 	f.StringVar(&cfg.Subnet, "subnet", "10.88.0.0/16", "IPv4 subnet for sandbox addresses")
@@ -126,7 +128,7 @@ Examples:
 	f.IntVar(&cfg.MaxConns, "max-conns", 16384, "most open connections to the API (and, separately, to the preview listener); more are answered 503 and closed")
 	f.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 1024, "most open connections from one client address; more are answered 429 and closed")
 	f.StringVar(&cfg.Node.Listen, "node-listen", "", "address for the node API (this machine's node for other berth processes, under the cluster credential); default: not served")
-	f.StringVar(&cfg.APIKeyFile, "api-key-file", "", "file holding the user API key (default <data>/api-key, made with mode 0600 when absent); every member of a cluster needs the same one")
+	f.StringVar(&cfg.APIKeyFile, "api-key-file", "", "file holding the user API key (default <data>/api-key, made with mode 0600 when absent; a given file that exists is never replaced, and a key in it shorter than 32 characters is refused); every member of a cluster needs the same one")
 	f.StringVar(&cfg.Node.Advertise, "node-advertise", "", "URL other members reach this node's node API at (http(s)://host:port); default: --node-listen's, which must then name one address")
 	f.StringVar(&cfg.Node.TokenFile, "cluster-token-file", "", "file holding the cluster credential of the node API, not the user API key (default <data>/cluster-token, made with mode 0600 when absent)")
 	f.StringVar(&cfg.Node.TLSCert, "node-tls-cert", "", "PEM certificate the node API is served with (with --node-tls-key)")

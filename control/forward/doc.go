@@ -71,7 +71,9 @@
 //
 // When the owner cannot be reached (no node entry, a stale heartbeat, a
 // refused or timed-out connection) the decision is OwnerDown's; the default
-// answers 503 unavailable naming the node. Takeover plugs in there.
+// answers 503 unavailable naming the node. Takeover plugs in there: it
+// serves the request here (this node took the sandbox over) or, with
+// ErrTakenOver, has it sent to the node it was taken over onto.
 //
 // A node that is draining (berth node drain) empties lazily through
 // Mover: a request made at any node for a sleeping sandbox of a draining

@@ -55,11 +55,22 @@ type Down struct {
 
 // OwnerDown decides what a request for a sandbox whose owner is down gets.
 // local true serves it on this node (a takeover that made this node the
-// owner first); otherwise err is the answer. The default (nil in Config)
-// answers 503 unavailable naming the node.
+// owner first); an error with ErrTakenOver as its cause sends it to the
+// sandbox's new owner (a takeover onto another node); otherwise err is the
+// answer. The default (nil in Config) answers 503 unavailable naming the
+// node.
 type OwnerDown interface {
 	OwnerDown(ctx context.Context, d Down) (local bool, err error)
 }
+
+// ErrTakenOver, as the cause of an OwnerDown error (errors.Is), says that
+// the sandbox now belongs to another live node (OwnerDown took it over
+// there, or found another member had): the Forwarder reads the record
+// again and sends the request to the new owner. The error itself is only
+// answered when the request cannot be sent again (a bounded number of
+// rounds, or the old owner consumed part of its body), so give it a kind
+// (unavailable: retry).
+var ErrTakenOver = errors.New("the sandbox moved to another node")
 
 // OwnerDownFunc adapts a function to OwnerDown.
 type OwnerDownFunc func(ctx context.Context, d Down) (bool, error)
@@ -320,6 +331,9 @@ func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string,
 		n, down := f.node(ctx, owner, sleeping)
 		if down != nil {
 			local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
+			if errors.Is(err, ErrTakenOver) && try < maxRoutes {
+				continue // to the node it was taken over onto
+			}
 			if local && err == nil {
 				if replay != nil {
 					replay.rewind(r)
@@ -356,7 +370,7 @@ func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string,
 			replay.rewind(r)
 		}
 		out, err := f.proxy(w, r, name, n, rt, true, resend, false)
-		if errors.Is(err, errMoving) {
+		if errors.Is(err, errMoving) || (errors.Is(err, ErrTakenOver) && try < maxRoutes) {
 			continue
 		}
 		if err == nil && rec.State == api.StateRunning && !n.Draining {
@@ -563,7 +577,7 @@ func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q, chosen for the new sandbox, cannot be reached (%v); retry", n.Name, st.err)
 	}
 	local, err := f.c.OwnerDown.OwnerDown(r.Context(), Down{Sandbox: sandbox, Node: n.Name, Cause: st.err})
-	if local && err == nil {
+	if (local && err == nil) || errors.Is(err, ErrTakenOver) {
 		if st.body != nil && st.body.read {
 			// The owner took part of the body; it cannot be served again.
 			return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q failed while reading the request (%v); retry", n.Name, st.err)
@@ -571,7 +585,7 @@ func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string
 		if st.body != nil {
 			r.Body = st.body.rc
 		}
-		return Local, nil
+		return Local, err // nil, or ErrTakenOver: Sandbox sends it to the new owner
 	}
 	return Local, err
 }

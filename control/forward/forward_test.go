@@ -371,6 +371,70 @@ func TestOwnerDown(t *testing.T) {
 	}
 }
 
+// OwnerDown that moves the sandbox onto another live node (a takeover
+// placed elsewhere: forward.ErrTakenOver) sends the request to that node,
+// both when the owner is known down before the dial and when the dial
+// fails; its body arrives whole. Control: without the reroute the answer
+// is OwnerDown's error, and nothing reaches the new owner.
+func TestOwnerDownReroutes(t *testing.T) {
+	c := newCluster(t, "n2")
+	ctx := context.Background()
+	// n9's entry is fresh but nothing listens at its address: the dial
+	// fails (the proxy path); "never-joined" has no entry (the path
+	// before the dial).
+	if _, err := c.st.PutNode(ctx, store.Node{Name: "n9", Addr: "http://127.0.0.1:1", StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	n2 := c.nodes["n2"]
+	var bodies []string
+	n2.local = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(b))
+		n2.echo(w, r)
+	})
+	reroute := true
+	var downs int
+	entry := c.add("n1", forward.Config{OwnerDown: forward.OwnerDownFunc(func(ctx context.Context, d forward.Down) (bool, error) {
+		downs++
+		if !reroute {
+			return false, errdefs.Unavailable("sandbox %q: no node can take it over", d.Sandbox)
+		}
+		c.own(d.Sandbox, "n2") // the takeover placement chose
+		return false, errdefs.Wrap(errdefs.ErrUnavailable, forward.ErrTakenOver, "taken over onto n2")
+	})})
+	for _, owner := range []string{"n9", "never-joined"} {
+		name := "r-" + owner
+		c.own(name, owner)
+		req, _ := http.NewRequest("POST", entry.user.URL+"/sb/"+name, strings.NewReader("the body"))
+		req.Header.Set("Authorization", "Bearer key-t")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if s := decodeSeen(t, resp, b); s.Node != "n2" || !s.Forwarded || s.Entry != "n1" {
+			t.Fatalf("%s: served %+v, want n2 through n1", name, s)
+		}
+	}
+	if downs != 2 || n2.served.Load() != 2 || entry.served.Load() != 0 {
+		t.Fatalf("downs %d, n2 served %d, n1 served %d", downs, n2.served.Load(), entry.served.Load())
+	}
+	if len(bodies) != 2 || bodies[0] != "the body" || bodies[1] != "the body" {
+		t.Fatalf("bodies at n2: %q", bodies)
+	}
+	// Control: OwnerDown refuses; the request is answered with its error.
+	reroute = false
+	c.own("r-refused", "n9")
+	resp, b := do(t, "GET", entry.user.URL+"/sb/r-refused", "Authorization", "Bearer key-t")
+	if e := decodeErr(t, resp, b, http.StatusServiceUnavailable); !strings.Contains(e.Message, "no node can take it over") {
+		t.Fatalf("refused: %+v", e)
+	}
+	if n2.served.Load() != 2 {
+		t.Fatalf("a refused request reached n2")
+	}
+}
+
 // When the client hangs up, the owner's request is cancelled.
 func TestCancelReachesOwner(t *testing.T) {
 	c := newCluster(t, "n1", "n2")

@@ -10,7 +10,7 @@ import (
 	"github.com/berth-sh/berth/store"
 )
 
-// runTakeover checks store.Takeover and store.TakeoverSleeping against the
+// runTakeover checks store.Takeover, TakeoverFrom and TakeoverSleeping against the
 // store: both are conditional on the Version the caller read, so the
 // store's optimistic check is what makes a move safe.
 func runTakeover(t *testing.T, open func(t *testing.T) store.Store) {
@@ -42,6 +42,38 @@ func runTakeover(t *testing.T, open func(t *testing.T) store.Store) {
 		again, err := store.Takeover(ctx, s, "a", "n2")
 		if err != nil || again.Version != got.Version {
 			t.Fatalf("takeover by the owner: %+v %v, want it unchanged", again, err)
+		}
+	})
+	t.Run("Takeover/From", func(t *testing.T) {
+		s := open(t)
+		read := put(t, s, store.Sandbox{Name: "a", ID: "id-a", State: api.StateRunning, IP: "10.0.0.2", Owner: "dead", OwnerEpoch: 2})
+		got, err := store.TakeoverFrom(ctx, s, read, "dead", "n2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Owner != "n2" || got.OwnerEpoch != 3 || got.State != api.StateSleeping || got.IP != "" {
+			t.Fatalf("after the takeover: %+v", got)
+		}
+		// A second taker with the same read (it chose another node) loses.
+		if _, err := store.TakeoverFrom(ctx, s, read, "dead", "n3"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Fatalf("second takeover with the same read: want failed precondition, got %v", err)
+		}
+		// A fresh read that names the new owner is refused without a
+		// write: the sandbox is no longer the dead node's to give away.
+		fresh, err := s.Get(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.TakeoverFrom(ctx, s, fresh, "dead", "n3"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Fatalf("takeover off a node that no longer owns it: want failed precondition, got %v", err)
+		}
+		if st, _ := s.Get(ctx, "a"); st.Owner != "n2" || st.Version != got.Version {
+			t.Fatalf("a refused takeover wrote: %+v", st)
+		}
+		for _, c := range []struct{ from, to string }{{"", "n1"}, {"n2", ""}, {"n2", "n2"}} {
+			if _, err := store.TakeoverFrom(ctx, s, fresh, c.from, c.to); !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("takeover %q→%q: want invalid argument, got %v", c.from, c.to, err)
+			}
 		}
 	})
 	t.Run("Takeover/Sleeping", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,14 +77,13 @@ func TestNodes(t *testing.T) {
 // TestSpread: thirty small sandboxes created through node 1 land on all
 // three nodes (each says where in GET), and every one takes an exec and a
 // file written through one node and read back through another, through
-// every node. A sample of two sandboxes per node (six) also serves a PTY
-// (the WebSocket terminal) and a preview URL (python3 -m http.server in
-// the sandbox, fetched through every node's preview listener) through every
-// node: doing all thirty would add about a minute of python starts for no
-// new path (the forwarding is per request, the same for every sandbox).
+// every node. Every one also serves a PTY (the WebSocket terminal) and a
+// preview URL (python3 -m http.server in the sandbox, fetched through
+// every node's preview listener) through every node; spreadWorkers
+// sandboxes at a time, since each waits mostly on its own python start
+// under a lite sandbox's CPU share.
 func TestSpread(t *testing.T) {
 	const count = 30
-	const samplePerNode = 2
 	ctx := context.Background()
 	on := map[string][]string{}
 	t0 := time.Now()
@@ -141,46 +141,76 @@ func TestSpread(t *testing.T) {
 	t.Logf("exec, write and read of %d sandboxes through each of %d nodes in %s", count, nodes, time.Since(t1).Round(time.Millisecond))
 
 	t2 := time.Now()
-	var sample []string
-	for _, n := range cluster[1:] {
-		sample = append(sample, on[n.name][:min(samplePerNode, len(on[n.name]))]...)
+	names := make([]string, count)
+	for k := range names {
+		names[k] = fmt.Sprintf("cl-spread-%02d", k)
 	}
-	for _, name := range sample {
-		sb, err := node(1).c.Get(ctx, name)
+	errs := make([]error, count)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range spreadWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				errs[k] = ptyAndPreview(names[k])
+			}
+		}()
+	}
+	for k := range names {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
-		for _, via := range cluster[1:] {
-			ptyVia(t, via, name, sb.Node)
-		}
-		previewEverywhere(t, name, sb.Node)
 	}
-	t.Logf("PTY and preview of %d sandboxes (%v) through each of %d nodes in %s", len(sample), sample, nodes, time.Since(t2).Round(time.Millisecond))
+	t.Logf("PTY and preview of all %d sandboxes through each of %d nodes in %s (%d at a time)", count, nodes, time.Since(t2).Round(time.Millisecond), spreadWorkers)
+}
+
+// spreadWorkers is how many sandboxes TestSpread checks PTY and preview of
+// at once.
+const spreadWorkers = 10
+
+// ptyAndPreview checks a PTY of sandbox name through every node, then its
+// preview through every node.
+func ptyAndPreview(name string) error {
+	sb, err := node(1).c.Get(context.Background(), name)
+	if err != nil {
+		return fmt.Errorf("get %s through n1: %w", name, err)
+	}
+	for _, via := range cluster[1:] {
+		if err := ptyVia(via, name, sb.Node); err != nil {
+			return err
+		}
+	}
+	return previewEverywhere(name, sb.Node)
 }
 
 // ptyVia opens a terminal of sandbox name through node via, runs a command
 // on it and reads its output back, then deletes the terminal.
-func ptyVia(t *testing.T, via *clusterNode, name, on string) {
-	t.Helper()
+func ptyVia(via *clusterNode, name, on string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id := "t-" + via.name
 	conn, err := via.c.AttachTerminal(ctx, name, id, 80, 24)
 	if err != nil {
-		t.Fatalf("PTY of %s (on %s) through %s: %v", name, on, via.name, err)
+		return fmt.Errorf("PTY of %s (on %s) through %s: %w", name, on, via.name, err)
 	}
 	defer conn.CloseNow()
 	// The typed line does not hold the answer, so an echo of it does not
 	// count: only the shell's output does.
 	want := "pty-" + via.name + "-42"
 	if err := conn.Write(ctx, websocket.MessageBinary, []byte("echo pty-"+via.name+"-$((40+2))\n")); err != nil {
-		t.Fatalf("PTY of %s (on %s) through %s: write: %v", name, on, via.name, err)
+		return fmt.Errorf("PTY of %s (on %s) through %s: write: %w", name, on, via.name, err)
 	}
 	var got strings.Builder
 	for !strings.Contains(got.String(), want) {
 		typ, b, err := conn.Read(ctx)
 		if err != nil {
-			t.Fatalf("PTY of %s (on %s) through %s: read (have %q): %v", name, on, via.name, got.String(), err)
+			return fmt.Errorf("PTY of %s (on %s) through %s: read (have %q): %w", name, on, via.name, got.String(), err)
 		}
 		if typ == websocket.MessageBinary {
 			got.Write(b)
@@ -188,42 +218,54 @@ func ptyVia(t *testing.T, via *clusterNode, name, on string) {
 	}
 	conn.Close(websocket.StatusNormalClosure, "")
 	if err := via.c.DeleteTerminal(context.Background(), name, id); err != nil {
-		t.Errorf("delete terminal %s of %s through %s: %v", id, name, via.name, err)
+		return fmt.Errorf("delete terminal %s of %s through %s: %w", id, name, via.name, err)
 	}
+	return nil
 }
 
 // previewEverywhere serves a page from sandbox name (python3 -m
 // http.server on 127.0.0.1:8000, reached only through the agent), exposes
 // the port through node 1, and fetches the path-form preview URL through
-// every node's preview listener.
-func previewEverywhere(t *testing.T, name, on string) {
-	t.Helper()
+// every node's preview listener. The first fetch waits for the server to
+// listen (a lite sandbox's python takes seconds to start); polling from
+// outside keeps the sandbox's small CPU share for the server.
+func previewEverywhere(name, on string) error {
 	ctx := context.Background()
 	page := "preview of " + name
-	if res := execVia(t, node(1), name, "mkdir -p /home/user/site && echo '"+page+"' > /home/user/site/index.html && "+
-		"cd /home/user/site && (nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &) && "+
-		"for i in $(seq 100); do python3 -c \"import urllib.request;urllib.request.urlopen('http://127.0.0.1:8000/')\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1"); res.ExitCode != 0 {
-		t.Fatalf("start http.server in %s (on %s): %+v", name, on, res)
+	res, err := node(1).c.Exec(ctx, name, api.ExecRequest{TimeoutMs: 60000, Command: "mkdir -p /home/user/site && echo '" + page + "' > /home/user/site/index.html && " +
+		"cd /home/user/site && (nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)"})
+	if err != nil || res.ExitCode != 0 {
+		return fmt.Errorf("start http.server in %s (on %s): %+v %v", name, on, res, err)
 	}
 	p, err := node(1).c.ExposePort(ctx, name, api.ExposePortRequest{Port: 8000})
 	if err != nil {
-		t.Fatalf("expose port 8000 of %s (on %s) through n1: %v", name, on, err)
+		return fmt.Errorf("expose port 8000 of %s (on %s) through n1: %w", name, on, err)
 	}
 	u, err := url.Parse(p.PathURL)
 	if err != nil || u.Path == "" {
-		t.Fatalf("expose of %s: path URL %q: %v", name, p.PathURL, err)
+		return fmt.Errorf("expose of %s: path URL %q: %v", name, p.PathURL, err)
 	}
-	for _, via := range cluster[1:] {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	fetch := func(via *clusterNode) error {
 		target := "http://" + via.addr + ":7080" + u.RequestURI() + "index.html"
-		hc := &http.Client{Timeout: 30 * time.Second}
 		res, err := hc.Get(target)
 		if err != nil {
-			t.Fatalf("preview of %s (on %s) through %s: %v", name, on, via.name, err)
+			return fmt.Errorf("preview of %s (on %s) through %s: %w", name, on, via.name, err)
 		}
 		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 		res.Body.Close()
 		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), page) {
-			t.Fatalf("preview %s of %s (on %s) through %s: %s %q", target, name, on, via.name, res.Status, b)
+			return fmt.Errorf("preview %s of %s (on %s) through %s: %s %q", target, name, on, via.name, res.Status, b)
+		}
+		return nil
+	}
+	if err := waitFor(60*time.Second, func() error { return fetch(node(1)) }); err != nil {
+		return fmt.Errorf("the server in %s never answered: %w", name, err)
+	}
+	for _, via := range cluster[1:] {
+		if err := fetch(via); err != nil {
+			return err
 		}
 	}
+	return nil
 }

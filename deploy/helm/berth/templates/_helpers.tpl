@@ -50,6 +50,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Where the pod mounts each Secret and the policy (read-only volumes). */}}
 {{- define "berth.paths.apiKey" -}}/etc/berth/api-key{{- end -}}
+{{- define "berth.paths.postgres" -}}/etc/berth/postgres{{- end -}}
 {{- define "berth.paths.clusterToken" -}}/etc/berth/cluster-token{{- end -}}
 {{- define "berth.paths.nodeTLS" -}}/etc/berth/node-tls{{- end -}}
 {{- define "berth.paths.policy" -}}/etc/berth/policy{{- end -}}
