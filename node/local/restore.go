@@ -84,7 +84,7 @@ func (m *Manager) persist(ctx context.Context, a *actor) error {
 	}
 	defer release()
 	old := a.rec.PersistSnapshot
-	sn, err := m.storeLayer(ctx, a.rec, dir, "persist", defaultSnapshotTTL, freeze)
+	sn, err := m.storeLayer(ctx, a.rec, dir, "persist", defaultSnapshotTTL, freeze, false)
 	if err != nil {
 		return err
 	}
@@ -125,11 +125,13 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	sn, err := m.Snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source})
+	// The layer is built on this host while it is captured (primed), so
+	// the forks need no fetch of it.
+	sn, err := m.snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source}, true)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	// Unpack the shared layer once before the forks race for it.
+	// Make the shared layer ready once before the forks race for it.
 	if _, err := m.chainDirs(ctx, []store.Layer{{ID: sn.ID, SHA256: sn.SHA256}}); err != nil {
 		return api.ForkResult{}, err
 	}
