@@ -355,13 +355,23 @@ func (c *Cache) install(slot, sum, tmp, imgSum string) error {
 // uncompressed tar (CaptureOptions.Tee), then Commit with the blob's
 // digest once the capture and its upload succeeded, or Abort.
 type Primer struct {
-	c    *Cache
-	pw   *io.PipeWriter
-	f    *os.File
-	done chan error
-	st   erofs.Stats
-	werr error
+	c     *Cache
+	f     *os.File
+	ch    chan []byte   // filled chunks of the tar stream, to the builder
+	stop  chan struct{} // closed once the builder stopped early
+	cur   []byte
+	done  chan error
+	st    erofs.Stats
+	ended bool
 }
+
+// primeChunk and primeQueue bound what a Primer buffers (16 MiB): the
+// capture runs ahead of the image builder by at most that much, and
+// neither waits on the other for every tar header.
+const (
+	primeChunk = 1 << 20
+	primeQueue = 16
+)
 
 // Prime starts a Primer. It returns nil where images cannot be mounted.
 func (c *Cache) Prime(ctx context.Context) (*Primer, error) {
@@ -372,45 +382,85 @@ func (c *Cache) Prime(ctx context.Context) (*Primer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot cache: %w", err)
 	}
-	pr, pw := io.Pipe()
-	p := &Primer{c: c, pw: pw, f: f, done: make(chan error, 1)}
+	p := &Primer{c: c, f: f, ch: make(chan []byte, primeQueue), stop: make(chan struct{}),
+		cur: make([]byte, 0, primeChunk), done: make(chan error, 1)}
 	go func() {
-		st, err := erofs.FromTar(ctx, pr, f, erofs.Options{MaxEntries: c.limits.MaxEntries,
+		r := &chunkReader{ch: p.ch}
+		st, err := erofs.FromTar(ctx, r, f, erofs.Options{MaxEntries: c.limits.MaxEntries,
 			MaxFileSize: c.limits.MaxUncompressedBytes, MaxTotalBytes: c.limits.MaxUncompressedBytes})
 		p.st = st
-		if err != nil {
-			pr.CloseWithError(err)
-		} else {
-			_, err = io.Copy(io.Discard, pr) // the tar's end-of-archive padding
-		}
+		close(p.stop) // the rest of the stream (end-of-archive padding) is not needed
 		p.done <- err
 	}()
 	return p, nil
 }
 
+type chunkReader struct {
+	ch  chan []byte
+	cur []byte
+}
+
+func (r *chunkReader) Read(b []byte) (int, error) {
+	for len(r.cur) == 0 {
+		c, ok := <-r.ch
+		if !ok {
+			return 0, io.EOF
+		}
+		r.cur = c
+	}
+	n := copy(b, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
 // Write feeds the image builder. It never fails: a builder that gave up
 // only means the layer is not primed, never a failed capture.
 func (p *Primer) Write(b []byte) (int, error) {
-	if p.werr == nil {
-		_, p.werr = p.pw.Write(b)
+	n := len(b)
+	for len(b) > 0 {
+		k := min(len(b), primeChunk-len(p.cur))
+		p.cur = append(p.cur, b[:k]...)
+		b = b[k:]
+		if len(p.cur) == primeChunk {
+			p.flush()
+		}
 	}
-	return len(b), nil
+	return n, nil
+}
+
+func (p *Primer) flush() {
+	if len(p.cur) == 0 {
+		return
+	}
+	select {
+	case p.ch <- p.cur:
+		p.cur = make([]byte, 0, primeChunk)
+	case <-p.stop:
+		p.cur = p.cur[:0] // the builder is done with the stream
+	}
+}
+
+// end closes the stream and waits for the builder.
+func (p *Primer) end() error {
+	if p.ended {
+		return errors.New("primer already ended")
+	}
+	p.ended = true
+	p.flush()
+	close(p.ch)
+	return <-p.done
 }
 
 // Commit makes the built image the cached layer of snapshot id, whose blob
 // has digest sum. It is the caller's word that the tar it wrote is exactly
 // that blob's content: both came from one capture.
 func (p *Primer) Commit(id, sum string) error {
-	p.pw.Close()
-	err := <-p.done
+	err := p.end()
 	tmp := p.f.Name()
 	defer func() {
 		p.f.Close()
 		os.Remove(tmp) // gone already once installed
 	}()
-	if err == nil {
-		err = p.werr
-	}
 	if err != nil {
 		return fmt.Errorf("snapshot cache: prime %s: %w", id, err)
 	}
@@ -442,8 +492,9 @@ func (p *Primer) Commit(id, sum string) error {
 
 // Abort discards what was built.
 func (p *Primer) Abort() {
-	p.pw.CloseWithError(errors.New("capture aborted"))
-	<-p.done
+	if !p.ended {
+		p.end() // a truncated stream: the builder fails or builds a partial image, dropped here
+	}
 	p.f.Close()
 	os.Remove(p.f.Name())
 }
