@@ -125,9 +125,9 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	// The layer is built on this host while it is captured (primed), so
-	// the forks need no fetch of it.
-	sn, err := m.snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source}, true)
+	// With forkPrime the layer is built on this host while it is captured,
+	// so the forks need no fetch of it.
+	sn, err := m.snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source}, forkPrime)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
@@ -228,3 +228,10 @@ func (m *Manager) checkpoint(ctx context.Context, a *actor, now time.Time) {
 	}
 	m.journal(ctx, a.name, "checkpoint", fmt.Sprintf("%s in %s", a.rec.PersistSnapshot, time.Since(t0).Round(time.Millisecond)))
 }
+
+// forkPrime makes Fork build its layer while capturing it (LayerPrimer).
+// Off: on this 2-core host the image builder's writes slowed the capture
+// more than they saved (berth bench --snapshots, fork10 1.6-1.9x the
+// snapshot's time primed against 1.1-1.2x unprimed, interleaved runs); a
+// host with cores to spare may gain from it.
+var forkPrime = false
