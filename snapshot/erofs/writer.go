@@ -106,7 +106,6 @@ type node struct {
 	ino    uint32
 	placed bool
 	parent *node
-	dirBuf []byte
 }
 
 const (
