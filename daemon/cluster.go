@@ -159,7 +159,7 @@ func (w *clusterWiring) ownerDown(ctx context.Context, d forward.Down) (bool, er
 // sandbox's leftover alarm) where its lease is held, taken by the first
 // member that asks and renewed as long as it keeps asking.
 func (w *clusterWiring) owns(ctx context.Context, a durable.Address) (bool, error) {
-	if a.Class == local.SandboxClass {
+	if a.Class == durable.BuiltinSandboxClass {
 		rec, err := w.st.Get(ctx, a.ID)
 		if err == nil {
 			return rec.Owner == w.self || (rec.Owner == "" && w.isNode), nil
@@ -300,12 +300,14 @@ func newForwarder(cfg Config, token string, st stateStore, placer forward.Placer
 	w.placer, w.sharedBlobs = placer, cfg.Blobs.S3Endpoint != ""
 	return forward.New(forward.Config{
 		Self: cfg.Member.Name, Token: token, Records: st, Nodes: st, Placer: placer,
-		OwnerDown:    forward.OwnerDownFunc(w.ownerDown),
-		Mover:        forward.MoverFunc(w.moveOff),
-		ObjectHolder: w.objectHolder,
-		Staleness:    cfg.Member.Stale,
-		Transport:    clearGuard{rt: tr, insecure: cfg.Node.Insecure},
-		Logf:         w.logf,
+		OwnerDown:     forward.OwnerDownFunc(w.ownerDown),
+		Mover:         forward.MoverFunc(w.moveOff),
+		ObjectHolder:  w.objectHolder,
+		Staleness:     cfg.Member.Stale,
+		OwnerCacheAge: cfg.Member.OwnerCache,
+		NodeCacheAge:  cfg.Member.NodeCache,
+		Transport:     clearGuard{rt: tr, insecure: cfg.Node.Insecure},
+		Logf:          w.logf,
 	}), nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/store"
 	"github.com/berth-sh/berth/store/sqlite"
 )
@@ -110,14 +109,14 @@ func TestOwnsAlarmsWhereTheObjectLives(t *testing.T) {
 		addr durable.Address
 		want bool
 	}{
-		{n1, durable.Address{Class: local.SandboxClass, ID: "mine"}, true},
-		{n1, durable.Address{Class: local.SandboxClass, ID: "theirs"}, false},
-		{n2, durable.Address{Class: local.SandboxClass, ID: "theirs"}, true},
+		{n1, durable.Address{Class: durable.BuiltinSandboxClass, ID: "mine"}, true},
+		{n1, durable.Address{Class: durable.BuiltinSandboxClass, ID: "theirs"}, false},
+		{n2, durable.Address{Class: durable.BuiltinSandboxClass, ID: "theirs"}, true},
 		{n1, durable.Address{Class: "counter", ID: "a"}, true}, // first to ask takes the lease
 		{n2, durable.Address{Class: "counter", ID: "a"}, false},
 		{n1, durable.Address{Class: "counter", ID: "a"}, true}, // renewal
-		{n2, durable.Address{Class: local.SandboxClass, ID: "destroyed"}, true},
-		{n1, durable.Address{Class: local.SandboxClass, ID: "destroyed"}, false},
+		{n2, durable.Address{Class: durable.BuiltinSandboxClass, ID: "destroyed"}, true},
+		{n1, durable.Address{Class: durable.BuiltinSandboxClass, ID: "destroyed"}, false},
 	} {
 		got, err := c.w.owns(ctx, c.addr)
 		if err != nil || got != c.want {

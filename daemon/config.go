@@ -80,6 +80,12 @@ type NodeConfig struct {
 	Labels []string      // K=V, the sandbox label rule
 	Beat   time.Duration // heartbeat interval; default 2s
 	Stale  time.Duration // a node is stale past this; default 10s
+	// OwnerCache and NodeCache bound the forwarder's route caches
+	// (control/forward Config.OwnerCacheAge and NodeCacheAge): 0 is
+	// their default (2 s, 1 s), negative reads the store on every
+	// request.
+	OwnerCache time.Duration
+	NodeCache  time.Duration
 }
 
 // NodeAPIConfig configures the node API (see nodeapi.go).

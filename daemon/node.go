@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/controller"
+	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/network"
 	"github.com/berth-sh/berth/node"
@@ -25,8 +27,9 @@ import (
 )
 
 // OpenNode builds this machine's node as Run wires it (openNode), without
-// the API faces, the preview server and the durable objects, reconciles it
-// and runs its alarm loop until stop. The node conformance tests drive it
+// the API faces and the preview server, with the built-in Sandbox class on
+// an object host of its own (no other classes), reconciles it and runs
+// its alarm loops until stop. The node conformance tests drive it
 // in-process and through node/remote. cfg is Run's; it must be root.
 // stop waits for the loop to end and closes what the node opened;
 // sandboxes keep running, as after Run.
@@ -48,6 +51,16 @@ func OpenNode(ctx context.Context, cfg Config) (n node.Node, stop func(), err er
 	if err != nil {
 		return nil, nil, err
 	}
+	// The node's sandboxes keep their controller objects (the Sandbox
+	// class on a host of their own, as Run wires one): wakes, forks and
+	// the journal go through them, and their idle alarms fire.
+	objects := durable.NewHost(durable.Config{Store: host.store, Compute: host.mgr.Compute(nil), AlarmTick: cfg.AlarmTick, Logf: logf})
+	ctrls, err := controller.Attach(objects, controller.Options{})
+	if err != nil {
+		host.close()
+		return nil, nil, err
+	}
+	host.mgr.AttachControllers(ctrls)
 	if err := host.rfs.PruneUpperSnapshots(ctx); err != nil {
 		logf("prune leftover layer snapshots: %v", err)
 	}
@@ -57,9 +70,19 @@ func OpenNode(ctx context.Context, cfg Config) (n node.Node, stop func(), err er
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
+	var loops sync.WaitGroup
+	loops.Add(2)
 	go func() {
-		defer close(done)
+		defer loops.Done()
 		host.mgr.Run(rctx)
+	}()
+	go func() {
+		defer loops.Done()
+		objects.Run(rctx)
+	}()
+	go func() {
+		loops.Wait()
+		close(done)
 	}()
 	var once sync.Once
 	stop = func() {
@@ -219,7 +242,6 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		Egress:           eg,
 		AlarmTick:        cfg.AlarmTick,
 		Logf:             w.Logf,
-		Policy:           w.Policy,
 		NodeName:         w.NodeName,
 	}
 	if w.NodeName != "" {
@@ -232,6 +254,9 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	}
 	if w.Previews != nil { // a nil *Proxy in the interface would not be nil
 		mc.Previews = w.Previews
+	}
+	if w.Policy != nil { // nor would a nil *policy.Policy
+		mc.Policy = w.Policy
 	}
 	mgr := local.New(mc)
 	imgs.InUse = mgr.ImageInUse

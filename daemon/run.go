@@ -24,6 +24,7 @@ import (
 	"github.com/berth-sh/berth/control"
 	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/control/membership"
+	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/e2b"
 	"github.com/berth-sh/berth/internal/weaken"
@@ -231,9 +232,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cw != nil {
 		cw.evict = objects.Evict
 	}
-	if err := mgr.AttachObjects(objects); err != nil {
+	// The built-in Sandbox class; the node calls back into its objects
+	// for what it starts but the controller decides (fork, wake, journal).
+	ctrls, err := controller.Attach(objects, controller.Options{})
+	if err != nil {
 		return err
 	}
+	mgr.AttachControllers(ctrls)
 	if cfg.Classes != nil {
 		if err := cfg.Classes(objects); err != nil {
 			return fmt.Errorf("register object classes: %w", err)

@@ -10,4 +10,10 @@
 // objects' ctx.Container, forks — passes the same check. Refusals are
 // errdefs permission-denied (not allowed at all) or resource-exhausted
 // (allowed, but over a quota).
+//
+// The node (node/local) asks it through an interface of its own
+// (local.Policy, which *Policy satisfies), and the tenant in a context and
+// the admission request are package internal/tenant's (WithTenant,
+// TenantFrom, Request and Usage here are its), so the node imports nothing
+// of this package.
 package policy

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/tenant"
 )
 
 // Policy is a parsed, valid policy file.
@@ -56,28 +57,13 @@ type Bounds struct {
 	MaxDiskMB    int64
 }
 
-// Usage is what a tenant runs now, besides the sandbox being admitted.
-type Usage struct {
-	Sandboxes int
-	VCPU      float64
-	MemoryMiB int64
-}
+// Usage is what a tenant runs now, besides the sandbox being admitted
+// (package internal/tenant's, which the node fills in).
+type Usage = tenant.Usage
 
-// Request is one start to admit.
-type Request struct {
-	Tenant      string
-	Sandbox     string
-	Image       string // what was asked for (name, ref or digest)
-	Digest      string // what it resolves to
-	Snapshot    string // set when starting from a snapshot
-	Instance    string // a named type, or "custom"
-	VCPU        float64
-	MemoryMiB   int64
-	DiskMB      int64
-	Internet    bool
-	EgressRules []string
-	Usage       Usage
-}
+// Request is one start to admit (package internal/tenant's, which the
+// node fills in).
+type Request = tenant.Request
 
 // TenantForKey returns the tenant an API key belongs to.
 func (p *Policy) TenantForKey(key string) (*Tenant, bool) {
@@ -99,6 +85,19 @@ func (p *Policy) tenant(name string) *Tenant {
 		}
 	}
 	return p.Default
+}
+
+// ImageDigests is a copy of the allowlist: image names to their pinned
+// digests; empty when any image is allowed (or p is nil).
+func (p *Policy) ImageDigests() map[string]string {
+	if p == nil || len(p.Images) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(p.Images))
+	for n, d := range p.Images {
+		out[n] = d
+	}
+	return out
 }
 
 // ImageAllowed reports whether digest is on the allowlist.
@@ -213,19 +212,15 @@ func (p *Policy) imageNames() []string {
 	return out
 }
 
-type tenantKey struct{}
-
 // WithTenant records the calling tenant in ctx (the API server does this
-// after authenticating a key).
+// after authenticating a key). It is tenant.With.
 func WithTenant(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, name)
+	return tenant.With(ctx, name)
 }
 
 // TenantFrom returns the calling tenant, or "" for the daemon's own key.
-func TenantFrom(ctx context.Context) string {
-	s, _ := ctx.Value(tenantKey{}).(string)
-	return s
-}
+// It is tenant.From.
+func TenantFrom(ctx context.Context) string { return tenant.From(ctx) }
 
 func hashKey(k string) ([32]byte, bool) {
 	if h, ok := strings.CutPrefix(k, "sha256:"); ok {

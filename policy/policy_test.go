@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/tenant"
 )
 
 const (
@@ -204,5 +205,37 @@ surprise: 1
 	}
 	if _, err := Parse([]byte("images: [\n")); err == nil || !strings.Contains(err.Error(), "line") {
 		t.Fatalf("syntax error: %v", err)
+	}
+}
+
+// TestTenantIsInternalTenants: the tenant the API sets (WithTenant) is the
+// one the node reads (tenant.From), and the other way round.
+func TestTenantIsInternalTenants(t *testing.T) {
+	ctx := context.Background()
+	if got := tenant.From(WithTenant(ctx, "t1")); got != "t1" {
+		t.Fatalf("tenant.From(WithTenant(t1)) = %q", got)
+	}
+	if got := TenantFrom(tenant.With(ctx, "t2")); got != "t2" {
+		t.Fatalf("TenantFrom(tenant.With(t2)) = %q", got)
+	}
+}
+
+// TestImageDigests: a copy of the allowlist, nil when it names none or
+// there is no policy.
+func TestImageDigests(t *testing.T) {
+	p := &Policy{Images: map[string]string{"base": dAllowed}}
+	got := p.ImageDigests()
+	if len(got) != 1 || got["base"] != dAllowed {
+		t.Fatalf("ImageDigests = %v", got)
+	}
+	got["base"] = dOther
+	if p.Images["base"] != dAllowed {
+		t.Fatal("ImageDigests handed out the policy's own map")
+	}
+	if got := (&Policy{}).ImageDigests(); got != nil {
+		t.Fatalf("no allowlist: %v, want nil", got)
+	}
+	if got := (*Policy)(nil).ImageDigests(); got != nil {
+		t.Fatalf("nil policy: %v, want nil", got)
 	}
 }

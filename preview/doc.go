@@ -7,8 +7,11 @@
 // is the path form for clients that cannot use wildcard names (all path-form
 // previews share one origin, so prefer host names in browsers).
 //
-// The package knows nothing about sandboxes: a Resolver (the controller)
-// says whether an exposure exists and hands out a dialer to the port. The
+// The package knows nothing about sandboxes: a Resolver (the node,
+// node/local's Manager.Lookup) says whether an exposure exists and hands
+// out a dialer to the port. The records and the token's shape are plain
+// data in package internal/exposure (Exposure, ErrStale, NewToken and
+// CheckToken here are its), so the node does not import this face. The
 // Resolver must never wake a sleeping sandbox: a browser tab left open on
 // a preview URL must not keep a destroyed or sleeping sandbox alive
 // (cloudflare/sandbox-sdk #415). A URL made in an earlier run of the

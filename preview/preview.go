@@ -2,9 +2,6 @@ package preview
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -13,27 +10,21 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/exposure"
 )
 
 // ErrStale is returned by a Resolver for a URL made in an earlier run of a
 // sandbox that has since restarted (or is sleeping). It is answered with
 // 410 Gone and must not wake the sandbox; exposing the port again makes a
-// URL for the current run.
-var ErrStale = errors.New("preview URL is from an earlier run of the sandbox")
+// URL for the current run. It is exposure.ErrStale (the node returns it).
+var ErrStale = exposure.ErrStale
 
-// Exposure is one exposed port of a sandbox.
-type Exposure struct {
-	Sandbox   string
-	Port      int
-	Name      string
-	Token     string
-	Private   bool   // requires "Authorization: Bearer <API key>"
-	RunID     string // the sandbox run it was made in
-	CreatedAt time.Time
-}
+// Exposure is one exposed port of a sandbox (the node keeps them:
+// package internal/exposure holds the type for both).
+type Exposure = exposure.Exposure
 
 // DialFunc opens one new connection to the exposed port.
-type DialFunc = func(ctx context.Context) (net.Conn, error)
+type DialFunc = exposure.DialFunc
 
 // Resolver finds exposures. The controller implements it.
 type Resolver interface {
@@ -89,37 +80,18 @@ func (c Config) scheme() string {
 	return c.Scheme
 }
 
-// TokenLen is the length of a preview token.
-const TokenLen = 16
-
-const tokenAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+// TokenLen is the length of a preview token (NewToken).
+const TokenLen = exposure.TokenLen
 
 // NewToken returns a random token of TokenLen characters from [a-z0-9]
 // (about 82 bits), drawn without modulo bias.
-func NewToken() string {
-	var out [TokenLen]byte
-	var buf [32]byte
-	n := 0
-	for n < TokenLen {
-		if _, err := rand.Read(buf[:]); err != nil {
-			panic(err) // crypto/rand never fails on Linux ≥ 3.17
-		}
-		for _, b := range buf {
-			// 252 is the largest multiple of 36 below 256.
-			if b < 252 && n < TokenLen {
-				out[n] = tokenAlphabet[int(b)%len(tokenAlphabet)]
-				n++
-			}
-		}
-	}
-	return string(out[:])
-}
+func NewToken() string { return exposure.NewToken() }
 
 // Bounds of a caller-chosen token (CheckToken). The lower bound keeps a
 // public URL from being guessed; the upper one keeps the host label short.
 const (
-	MinTokenLen = 8
-	MaxTokenLen = 32
+	MinTokenLen = exposure.MinTokenLen
+	MaxTokenLen = exposure.MaxTokenLen
 )
 
 // ValidToken reports whether s has the shape of a token: a random one
@@ -129,17 +101,7 @@ func ValidToken(s string) bool { return CheckToken(s) == nil }
 // CheckToken validates a caller-chosen token: MinTokenLen to MaxTokenLen
 // characters from [a-z0-9] (a host name label; '-' separates the label's
 // parts). Its error, invalid argument, names the rule.
-func CheckToken(s string) error {
-	if len(s) < MinTokenLen || len(s) > MaxTokenLen {
-		return errdefs.InvalidArgument("preview token must be %d to %d characters from [a-z0-9], got %d characters", MinTokenLen, MaxTokenLen, len(s))
-	}
-	for i := 0; i < len(s); i++ {
-		if !strings.ContainsRune(tokenAlphabet, rune(s[i])) {
-			return errdefs.InvalidArgument("preview token must be %d to %d characters from [a-z0-9]; %q is not allowed", MinTokenLen, MaxTokenLen, s[i])
-		}
-	}
-	return nil
-}
+func CheckToken(s string) error { return exposure.CheckToken(s) }
 
 // Label is the {port}-{sandbox}-{token} part of e's URLs.
 func Label(e Exposure) string {
@@ -212,8 +174,4 @@ func (c Config) hostLabel(host string) (string, bool) {
 		return "", false
 	}
 	return label, true
-}
-
-func (e Exposure) String() string {
-	return fmt.Sprintf("port %d of sandbox %q", e.Port, e.Sandbox)
 }

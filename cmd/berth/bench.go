@@ -22,6 +22,7 @@ var (
 func (a *app) benchCmd() *cobra.Command {
 	var o bench.Options
 	var members []string
+	var single string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure berth against plain runc and docker on this host",
@@ -46,9 +47,14 @@ sandbox and through another (interleaved; the cross-node cost is their
 p50 difference), time to interactive when placement chose the member the
 create was sent to and when it chose another, and creates per second with
 --burst creates at once spread over the members (default 3 per member).
-Default instance there: lite.
+Default instance there: lite. With --single URL (a berth serve that is
+not in a cluster, same API key) each figure is also measured there in the
+same run, interleaved, as the single-host baseline: cross-node exec minus
+single-host exec, cross-node TTI over single-host TTI, creates/s on one
+host.
 
-  berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120,http://127.0.0.1:7130 --n 30`,
+  berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120,http://127.0.0.1:7130 --n 30
+  berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120 --single http://127.0.0.1:7070 --n 30`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
@@ -64,7 +70,18 @@ Default instance there: lite.
 					}
 					nodes = append(nodes, c)
 				}
-				return runClusterBench(cmd.Context(), nodes, o, a.stdout)
+				var alone *client.Client
+				if single != "" {
+					c, err := client.Load(a.dataDir, single, a.apiKey)
+					if err != nil {
+						return err
+					}
+					alone = c
+				}
+				return runClusterBench(cmd.Context(), nodes, alone, o, a.stdout)
+			}
+			if single != "" {
+				return fmt.Errorf("--single is the single-host baseline of a --cluster run")
 			}
 			c, err := a.client()
 			if err != nil {
@@ -80,6 +97,7 @@ Default instance there: lite.
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&members, "cluster", nil, "measure a cluster through these members' API URLs (comma-separated, at least two; the API key from --api-key)")
+	f.StringVar(&single, "single", "", "with --cluster: the API URL of a berth serve outside the cluster (same API key), measured in the same run as the single-host baseline")
 	f.IntVar(&o.N, "n", 50, "samples per figure")
 	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
 	f.BoolVar(&o.Snapshots, "snapshots", false, "add the snapshot scenario: snapshot, restore and fork-10 of a 200 MB / 10k-file workspace, beside tar | zstd")

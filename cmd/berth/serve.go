@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/daemon"
 )
 
@@ -85,6 +86,12 @@ Examples:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.DataDir = client.DataDir(a.dataDir)
 			cfg.Blobs.NoImages = !s3Images
+			// On the command line 0 means no cache; in Config, the default.
+			for _, d := range []*time.Duration{&cfg.Member.OwnerCache, &cfg.Member.NodeCache} {
+				if *d == 0 {
+					*d = -1
+				}
+			}
 			return runDaemon(cmd.Context(), cfg)
 		},
 	}
@@ -132,5 +139,7 @@ Examples:
 	f.StringArrayVar(&cfg.Member.Labels, "node-label", nil, "label KEY=VALUE on this node for placement constraints (repeatable; the sandbox label rule)")
 	f.DurationVar(&cfg.Member.Beat, "node-heartbeat", 2*time.Second, "how often this node rewrites its entry; must be under half of --node-stale")
 	f.DurationVar(&cfg.Member.Stale, "node-stale", 10*time.Second, "a node whose last heartbeat is older than this is stale: it takes no new sandboxes")
+	f.DurationVar(&cfg.Member.OwnerCache, "route-owner-cache", forward.DefaultOwnerCacheAge, "how long a request for a sandbox running on another node is routed by the owner last read, without reading its record (the owner checks and refuses one it no longer owns; the request is then routed again); 0 reads the record on every request")
+	f.DurationVar(&cfg.Member.NodeCache, "route-node-cache", forward.DefaultNodeCacheAge, "how old the owner's node entry (address, heartbeat, draining) a request is routed by may be; 0 reads it on every request")
 	return cmd
 }

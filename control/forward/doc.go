@@ -7,13 +7,11 @@
 // Forwarder is the entry side. The API faces (server, e2b, preview) call it
 // after they authenticated the caller and before they act:
 //
-//   - Sandbox reads the sandbox's record from the state store on every call
-//     (ownership is never cached: a sandbox that moved is routed to its new
-//     owner at once) and, when store.Sandbox.Owner names another node,
-//     proxies the request to that node's node API under Prefix, answering
-//     Proxied; otherwise it answers Local and the face serves the request
-//     itself. A record without an owner (a single host, a sandbox that
-//     never ran) is local.
+//   - Sandbox reads the sandbox's record from the state store and, when
+//     store.Sandbox.Owner names another node, proxies the request to that
+//     node's node API under Prefix, answering Proxied; otherwise it
+//     answers Local and the face serves the request itself. A record
+//     without an owner (a single host, a sandbox that never ran) is local.
 //   - Create asks a Placer for the node of a new sandbox and proxies the
 //     create there when it is another node.
 //
@@ -35,6 +33,36 @@
 // there. A face trusts the identity only from that context value, which no
 // HTTP client can set; the faces' own listeners strip the headers
 // (StripHeaders) so a user who sends them gains nothing.
+//
+// What the entry caches, and why that is safe. The owner is the one that
+// decides: a node reads the record of every forwarded request it is sent
+// and serves it only while the record names it (the fencing point; a node
+// that was paused past its lease finds the record moved). So the entry
+// may route by what it read a moment ago:
+//
+//   - the owner cache: a request made here for a sandbox that was running
+//     on another node when its record was last read (at most
+//     Config.OwnerCacheAge ago, default 2 s) goes to that node without
+//     reading the record, when the entry holds its whole body (none, or
+//     at most 1 MiB of known length; otherwise the record is read). It is
+//     marked (headerCached); an owner that finds the record names another
+//     node, or no record, refuses it marked (headerRerouted), and the
+//     entry reads the record and routes the request again, body and all:
+//     a sandbox that moved is served by its new owner on the very request
+//     that found the old one, and the client sees nothing of it. Any
+//     failure to reach the cached owner does the same. Records read here
+//     that name this node, no owner or no sandbox drop the entry.
+//   - the node cache: the owner's entry (address, heartbeat, draining) and
+//     the store's clock are read at most once per Config.NodeCacheAge
+//     (default 1 s). Its heartbeat's age is the cached store clock plus
+//     the time since on this process's clock; an owner that looks stale
+//     by the cache is read again before it is called down, so only a
+//     fresh read answers "down". A failed forward drops the entry. A
+//     sleeping sandbox's route, which depends on whether its owner
+//     drains (Mover), always reads the entry; a running sandbox's request
+//     may be proxied to an owner that began draining up to NodeCacheAge
+//     ago without the resend mark (the owner then serves it; its drain
+//     loop sleeps the sandbox again on its next turn).
 //
 // Loops are refused: a forwarded request is never forwarded again. When it
 // reaches a node that is not the owner either (the sandbox moved while the

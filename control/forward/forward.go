@@ -3,6 +3,8 @@ package forward
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"log"
@@ -157,6 +159,17 @@ type Config struct {
 	// Staleness, when positive, treats an owner whose heartbeat is older
 	// (in the store's clock) as down without dialling it.
 	Staleness time.Duration
+	// NodeCacheAge bounds how old the node entry (address, heartbeat,
+	// draining) a request is routed by may be: 0 is DefaultNodeCacheAge,
+	// negative reads the entry on every request. The sandbox's record,
+	// which names its owner, is read on every request whatever this says.
+	NodeCacheAge time.Duration
+	// OwnerCacheAge bounds how long requests for a sandbox running on
+	// another node are routed by the owner last read, without reading its
+	// record (the owner checks it and refuses a sandbox it no longer owns:
+	// see ownerCache): 0 is DefaultOwnerCacheAge, negative reads the
+	// record on every request.
+	OwnerCacheAge time.Duration
 	// Transport carries forwarded requests; nil: a plain HTTP/1.1
 	// transport (Upgrade needs HTTP/1.1) with DialTimeout.
 	Transport   http.RoundTripper
@@ -176,8 +189,10 @@ var _ Router = (*Forwarder)(nil)
 
 // Forwarder is the entry side (see the package documentation).
 type Forwarder struct {
-	c  Config
-	rp *httputil.ReverseProxy
+	c      Config
+	rp     *httputil.ReverseProxy
+	nodes  nodeCache
+	owners ownerCache
 }
 
 // New returns a Forwarder.
@@ -191,6 +206,12 @@ func New(c Config) *Forwarder {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+	if c.NodeCacheAge == 0 {
+		c.NodeCacheAge = DefaultNodeCacheAge
+	}
+	if c.OwnerCacheAge == 0 {
+		c.OwnerCacheAge = DefaultOwnerCacheAge
+	}
 	if c.Transport == nil {
 		c.Transport = &http.Transport{
 			// Proxy is nil: HTTP_PROXY in the daemon's environment must
@@ -203,7 +224,7 @@ func New(c Config) *Forwarder {
 			DisableCompression:    true, // pass encodings through untouched
 		}
 	}
-	f := &Forwarder{c: c}
+	f := &Forwarder{c: c, nodes: nodeCache{maxAge: c.NodeCacheAge}, owners: ownerCache{maxAge: c.OwnerCacheAge}}
 	f.rp = &httputil.ReverseProxy{
 		Rewrite:        f.rewrite,
 		Transport:      c.Transport,
@@ -229,28 +250,47 @@ func (bufPool) Put(b []byte) { copyBufs.Put(&b) }
 func (f *Forwarder) Self() string { return f.c.Self }
 
 // Sandbox routes a request for sandbox name (validated by the caller). It
-// reads the record on every call; see Outcome for what the face does next.
-// An error is the face's to answer (in its own format); nothing was
-// written. A sleeping sandbox whose owner is draining is moved first (see
-// Mover) when the request was made here, not forwarded.
+// reads the record (a request made here for a sandbox running on another
+// node may instead go to the owner it was last proxied to: see
+// ownerCache); see Outcome for what the face does next. An error is the
+// face's to answer (in its own format); nothing was written. A sleeping
+// sandbox whose owner is draining is moved first (see Mover) when the
+// request was made here, not forwarded.
 func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string, rt Route) (Outcome, error) {
 	ctx := r.Context()
 	var replay *replayBody // set once the request was made resendable
+	id, forwarded := From(ctx)
+	if !forwarded {
+		if out, done, err := f.cachedRoute(w, r, name, rt, &replay); done {
+			return out, err
+		}
+	}
 	for try := 0; ; try++ {
+		readAt := time.Now()
 		rec, err := f.c.Records.Get(ctx, name)
 		if err != nil {
 			if errdefs.IsKind(err, errdefs.ErrNotFound) {
+				if forwarded && id.Cached {
+					return Local, reroute(ctx, errdefs.Unavailable("sandbox %q, which node %q routed here from its cache, is not found here; retry", name, id.Entry))
+				}
+				f.owners.drop(name)
 				return Missing, nil
 			}
 			return Local, errdefs.Wrap(errdefs.ErrUnavailable, err, "find the node of sandbox %q: %v", name, err)
 		}
-		id, forwarded := From(ctx)
 		sleeping := f.c.Mover != nil && rec.State == api.StateSleeping
 		owner := rec.Owner
+		if owner != f.c.Self && forwarded && id.Cached {
+			// The entry routed by its cache, which is out of date: it
+			// reads the record and routes again.
+			return Local, reroute(ctx, errdefs.Unavailable("sandbox %q is owned by node %q, not this one, while node %q routed here from its cache; retry", name, owner, id.Entry))
+		}
 		if owner == "" {
+			f.owners.drop(name)
 			return Local, nil
 		}
 		if owner == f.c.Self {
+			f.owners.drop(name)
 			switch {
 			case !sleeping || (forwarded && !id.Replayable) || try >= maxRoutes || !f.selfDraining(ctx):
 			case forwarded:
@@ -274,7 +314,10 @@ func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string,
 			// the sandbox moved while it was in flight.
 			return Local, errdefs.Unavailable("sandbox %q moved to node %q while the request from node %q was in flight; retry", name, owner, id.Entry)
 		}
-		n, down := f.node(ctx, owner)
+		// Whether the owner drains decides a sleeping sandbox's route
+		// (Mover): that reads the owner's entry fresh. Otherwise a
+		// cached entry will do (nodeCache).
+		n, down := f.node(ctx, owner, sleeping)
 		if down != nil {
 			local, err := f.c.OwnerDown.OwnerDown(ctx, Down{Sandbox: name, Node: owner, Cause: down})
 			if local && err == nil {
@@ -312,12 +355,47 @@ func (f *Forwarder) Sandbox(w http.ResponseWriter, r *http.Request, name string,
 		if replay != nil {
 			replay.rewind(r)
 		}
-		out, err := f.proxy(w, r, name, n, rt, true, resend)
+		out, err := f.proxy(w, r, name, n, rt, true, resend, false)
 		if errors.Is(err, errMoving) {
 			continue
 		}
+		if err == nil && rec.State == api.StateRunning && !n.Draining {
+			f.owners.put(name, owner, readAt)
+		} else {
+			f.owners.drop(name)
+		}
 		return out, err
 	}
+}
+
+// cachedRoute sends a request made here to the owner the cache names for
+// sandbox name, without reading its record. done false: there is no
+// entry, the request's body cannot be held, or the cached owner refused
+// or could not be reached; the caller then reads the record and routes
+// as usual, with the body rewound (*replay holds it).
+func (f *Forwarder) cachedRoute(w http.ResponseWriter, r *http.Request, name string, rt Route, replay **replayBody) (Outcome, bool, error) {
+	owner, ok := f.owners.get(name)
+	if !ok {
+		return Local, false, nil
+	}
+	rb := newReplay(r)
+	*replay = rb
+	if !rb.ok {
+		return Local, false, nil
+	}
+	n, down := f.node(r.Context(), owner, false)
+	if down != nil {
+		f.owners.drop(name)
+		return Local, false, nil
+	}
+	rb.rewind(r)
+	out, err := f.proxy(w, r, name, n, rt, true, true, true)
+	if errors.Is(err, errRerouted) || errors.Is(err, errMoving) {
+		f.owners.drop(name)
+		rb.rewind(r)
+		return Local, false, nil
+	}
+	return out, true, err
 }
 
 // selfDraining reports whether this node's own entry is draining.
@@ -367,6 +445,22 @@ func (b *replayBody) rewind(r *http.Request) {
 	}
 }
 
+// errRerouted is an owner's refusal of a request the entry routed by its
+// owner cache (headerRerouted), or a failure to reach the cached owner:
+// the entry reads the record and routes the request again.
+var errRerouted = errors.New("the cached owner does not own the sandbox (or cannot be reached)")
+
+// reroute marks the answer to a forwarded request that its entry routed
+// by its owner cache (Identity.Cached) as a refusal of the route
+// (headerRerouted), so the entry routes it again, and returns err.
+func reroute(ctx context.Context, err error) error {
+	id, _ := From(ctx)
+	if h, ok := ctx.Value(movingKey{}).(http.Header); ok && id.nonce != "" {
+		h.Set(headerRerouted, id.nonce)
+	}
+	return err
+}
+
 // errMoving is a draining owner's refusal of a replayable request for its
 // own sleeping sandbox (headerMoving).
 var errMoving = errors.New("the owner is moving the sandbox off itself (draining)")
@@ -404,35 +498,11 @@ func (f *Forwarder) Create(w http.ResponseWriter, r *http.Request, req api.Creat
 	if node == "" || node == f.c.Self {
 		return Local, nil
 	}
-	n, down := f.node(ctx, node)
+	n, down := f.node(ctx, node, false)
 	if down != nil {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, down, "placement chose node %q for the new sandbox, which cannot be reached (%v); retry", node, down)
 	}
-	return f.proxy(w, r, req.Name, n, rt, false, false)
-}
-
-// node returns the owner's entry, or why it counts as down.
-func (f *Forwarder) node(ctx context.Context, name string) (store.Node, error) {
-	n, err := f.c.Nodes.GetNode(ctx, name)
-	if err != nil {
-		if errdefs.IsKind(err, errdefs.ErrNotFound) {
-			return store.Node{}, errdefs.Wrap(errdefs.ErrUnavailable, err, "the node has no entry in the cluster")
-		}
-		return store.Node{}, errdefs.Wrap(errdefs.ErrUnavailable, err, "read its node entry: %v", err)
-	}
-	if n.Addr == "" {
-		return store.Node{}, errdefs.Unavailable("its node entry has no address")
-	}
-	if f.c.Staleness > 0 {
-		now, err := f.c.Nodes.Now(ctx)
-		if err != nil {
-			return store.Node{}, errdefs.Wrap(errdefs.ErrUnavailable, err, "read the store's clock: %v", err)
-		}
-		if age := now.Sub(n.Heartbeat); age > f.c.Staleness {
-			return store.Node{}, errdefs.Unavailable("its last heartbeat is %s old", age.Round(time.Second))
-		}
-	}
-	return n, nil
+	return f.proxy(w, r, req.Name, n, rt, false, false, false)
 }
 
 // state is one forwarded request's, from Sandbox to the proxy's hooks.
@@ -442,8 +512,10 @@ type state struct {
 	sandbox string
 	rt      Route
 	body    *trackedBody
-	resend  bool  // the entry can send the request again (headerReplay)
-	err     error // the proxy failed before any answer was written
+	resend  bool   // the entry can send the request again (headerReplay)
+	cached  bool   // routed by the owner cache (headerCached)
+	nonce   string // the cached route's: the owner's refusal must echo it
+	err     error  // the proxy failed before any answer was written
 }
 
 type stateKey struct{}
@@ -451,12 +523,18 @@ type stateKey struct{}
 // proxy sends r to node n. resend says the caller can send it again (its
 // body is held whole): the request then says so to the owner, and the
 // owner's moving refusal comes back as errMoving with nothing written.
-func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned, resend bool) (Outcome, error) {
+// cached says the owner came from the owner cache (resend is then true):
+// the owner's refusal of the route, or any failure to reach it, comes
+// back as errRerouted with nothing written.
+func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string, n store.Node, rt Route, owned, resend, cached bool) (Outcome, error) {
 	base, err := url.Parse(n.Addr)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return Local, errdefs.Unavailable("node %q has a bad address %q in its entry", n.Name, n.Addr)
 	}
-	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt, resend: resend}
+	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt, resend: resend, cached: cached}
+	if cached {
+		st.nonce = rand.Text()
+	}
 	in := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	if r.Body != nil && r.Body != http.NoBody {
 		st.body = &trackedBody{rc: r.Body}
@@ -471,6 +549,15 @@ func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string
 	}
 	if errors.Is(st.err, errMoving) {
 		return Local, errMoving
+	}
+	if errors.Is(st.err, errRerouted) {
+		return Local, errRerouted // the owner answered: its entry is good
+	}
+	f.nodes.drop(n.Name) // it failed: the next request reads the entry again
+	if cached {
+		// Routed by the cache: read the record and route again (the
+		// caller holds the body).
+		return Local, errRerouted
 	}
 	if !owned {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, st.err, "node %q, chosen for the new sandbox, cannot be reached (%v); retry", n.Name, st.err)
@@ -523,6 +610,9 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 	if st.resend {
 		h.Set(headerReplay, "1")
 	}
+	if st.cached {
+		h.Set(headerCached, st.nonce)
+	}
 	if id := reqinfo.ID(in.Context()); id != "" {
 		h.Set(reqinfo.Header, id)
 	}
@@ -532,6 +622,18 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 // credential, a bad path: marked with headerRefused) into a proxy error,
 // so the user sees "node X refused", not a 401 that reads as their key.
 func (f *Forwarder) modifyResponse(resp *http.Response) error {
+	if v := resp.Header.Get(headerRerouted); v != "" {
+		// Only the owner's own refusal echoes the request's nonce: a
+		// sandbox's app behind a preview never sees it, so a header it
+		// sets cannot make the entry send its request twice.
+		if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil && st.cached &&
+			subtle.ConstantTimeCompare([]byte(v), []byte(st.nonce)) == 1 {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			return errRerouted
+		}
+		resp.Header.Del(headerRerouted) // never shown to a client
+	}
 	if resp.Header.Get(headerMoving) != "" {
 		if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil && st.resend {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
@@ -559,8 +661,8 @@ func (e errRefused) Error() string {
 
 func (f *Forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := r.Context().Value(stateKey{}).(*state)
-	if errors.Is(err, errMoving) {
-		st.err = errMoving
+	if errors.Is(err, errMoving) || errors.Is(err, errRerouted) {
+		st.err = err
 		return
 	}
 	if r.Context().Err() == nil {

@@ -55,6 +55,14 @@ const (
 	// sleeping sandbox while it drains (response header): the entry moves
 	// the sandbox and sends the request there instead.
 	headerMoving = "X-Berth-Forward-Moving"
+	// headerCached says the entry routed the request by its owner cache,
+	// without reading the record (it also sends headerReplay: it holds
+	// the body); its value is a nonce of the request.
+	headerCached = "X-Berth-Forward-Cached"
+	// headerRerouted marks an owner's refusal of such a request for a
+	// sandbox it does not own (response header, the request's nonce):
+	// the entry reads the record and routes the request again.
+	headerRerouted = "X-Berth-Forward-Rerouted"
 )
 
 // headerPrefix covers every header above, including any a later version
@@ -91,6 +99,13 @@ type Identity struct {
 	// Replayable: the entry node can send the request elsewhere if this
 	// node refuses it as moving (see Mover).
 	Replayable bool
+	// Cached: the entry routed the request by its owner cache, without
+	// reading the record; a node that does not own the sandbox refuses
+	// it marked (headerRerouted) and the entry routes it again.
+	Cached bool
+	// nonce is the cached route's (headerCached's value), which the
+	// refusal echoes.
+	nonce string
 }
 
 // Fingerprint names a caller's credential without revealing it: 16 hex
@@ -105,7 +120,7 @@ func Fingerprint(authorization string) string {
 type identityKey struct{}
 
 // movingKey holds, for a replayable forwarded request, the answer's
-// header map, where RefuseMoving marks the refusal.
+// header map, where RefuseMoving (and reroute) mark a refusal.
 type movingKey struct{}
 
 // RefuseMoving is for a draining owner about to wake one of its sleeping

@@ -27,11 +27,11 @@ func (f *Forwarder) Object(w http.ResponseWriter, r *http.Request, class, id str
 	if from, ok := From(ctx); ok {
 		return Local, errdefs.Unavailable("object %s/%s moved to member %q while the call from %q was in flight; retry", class, id, holder, from.Entry)
 	}
-	n, down := f.node(ctx, holder)
+	n, down := f.node(ctx, holder, false)
 	if down != nil {
 		return Local, errdefs.Wrap(errdefs.ErrUnavailable, down, "object %s/%s lives on member %q, which cannot be reached (%v); its lease ends soon, retry", class, id, holder, down)
 	}
-	out, err := f.proxy(w, r, class+"/"+id, n, rt, false, false)
+	out, err := f.proxy(w, r, class+"/"+id, n, rt, false, false, false)
 	if err != nil {
 		return out, errdefs.Wrap(errdefs.ErrUnavailable, err, "object %s/%s lives on member %q, which cannot be reached (%v); retry", class, id, holder, err)
 	}

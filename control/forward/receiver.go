@@ -92,9 +92,11 @@ func (rv *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Entry:       r.Header.Get(headerEntry),
 		Caller:      r.Header.Get(HeaderCaller),
 		Replayable:  r.Header.Get(headerReplay) == "1",
+		Cached:      r.Header.Get(headerCached) != "",
+		nonce:       r.Header.Get(headerCached),
 	}
 	ctx := withIdentity(r.Context(), id)
-	if id.Replayable {
+	if id.Replayable || id.Cached {
 		ctx = context.WithValue(ctx, movingKey{}, w.Header())
 	}
 	out := r.Clone(ctx)

@@ -137,6 +137,32 @@ func TestRealTableRefusesAForbiddenImport(t *testing.T) {
 	}
 }
 
+// The node does not import the control plane or the faces above it: each
+// of node/local's old wrong-way edges (issue 13), added back to the real
+// graph, fails the real table, which holds no exception for any.
+func TestRealTableRefusesNodeImportingUp(t *testing.T) {
+	tab := readTable(t)
+	if len(tab.Exceptions) != 0 {
+		t.Fatalf("docs/layers.txt allows wrong-way edges again: %v", tab.Exceptions)
+	}
+	graph := moduleGraph(t)
+	if len(tab.Check(graph)) != 0 {
+		t.Fatalf("the tree already fails: %q", tab.Check(graph))
+	}
+	for to, layer := range map[string]string{"controller": "control", "durable": "control", "policy": "control", "preview": "faces", "control": "control"} {
+		g := map[string][]string{}
+		for k, v := range graph {
+			g[k] = v
+		}
+		g["node/local"] = append(append([]string(nil), graph["node/local"]...), to)
+		got := tab.Check(g)
+		want := "node/local (node) imports " + to + " (" + layer + ")"
+		if len(got) != 1 || !strings.Contains(got[0], want) {
+			t.Errorf("node/local -> %s: problems %q, want only %q", to, got, want)
+		}
+	}
+}
+
 func TestParseRejectsBadLines(t *testing.T) {
 	for _, s := range []string{"", "just words", "a: x\nb: x", "a: x\nexcept x", "a: x\nexcept x -> "} {
 		if _, err := Parse(strings.NewReader(s)); err == nil {

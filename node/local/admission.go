@@ -4,14 +4,31 @@ import (
 	"context"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/internal/tenant"
 	"github.com/berth-sh/berth/store"
 )
+
+// Policy is the operator policy as the node asks it: before every start
+// (Admit), when a sandbox's egress policy changes (CheckNetwork), and for
+// the image names the node reports (ImageDigests). *policy.Policy is one;
+// the daemon wires it in. This package does not import package policy,
+// which is the control plane's.
+type Policy interface {
+	// Admit checks one start; its errors are errdefs permission denied
+	// or resource exhausted.
+	Admit(ctx context.Context, r tenant.Request) error
+	// CheckNetwork checks an egress policy a tenant's sandbox asks for:
+	// its internet access and the hosts its rules name.
+	CheckNetwork(tenantName string, internet bool, rules []string) error
+	// ImageDigests maps the operator's image names to pinned digests;
+	// empty: the policy names no images (any image is allowed).
+	ImageDigests() map[string]string
+}
 
 // mayUse reports whether the caller's tenant may use an artifact owned by
 // owner. The operator's key (no tenant) may use every one.
 func mayUse(ctx context.Context, owner string) bool {
-	t := policy.TenantFrom(ctx)
+	t := tenant.From(ctx)
 	return t == "" || t == owner
 }
 
@@ -38,7 +55,7 @@ func (m *Manager) admit(ctx context.Context, rec *store.Sandbox) (release func()
 	if err != nil {
 		return nil, err
 	}
-	var u policy.Usage
+	var u tenant.Usage
 	for _, r := range recs {
 		if r.Name == rec.Name || r.Tenant != rec.Tenant || m.reserved[r.Name] != nil {
 			continue
@@ -56,7 +73,7 @@ func (m *Manager) admit(ctx context.Context, rec *store.Sandbox) (release func()
 			u.MemoryMiB += r.Resources.MemoryMiB
 		}
 	}
-	err = p.Admit(ctx, policy.Request{
+	err = p.Admit(ctx, tenant.Request{
 		Tenant: rec.Tenant, Sandbox: rec.Name, Image: rec.Image, Digest: digest, Snapshot: rec.Snapshot,
 		Instance: rec.Instance, VCPU: rec.Resources.VCPU, MemoryMiB: rec.Resources.MemoryMiB, DiskMB: rec.Resources.DiskMB,
 		Internet: rec.Internet, EgressRules: egressRules(rec.Network), Usage: u,

@@ -23,9 +23,7 @@ func policyRig(t *testing.T) *rig {
 	}
 	r.m = New(r.cfg)
 	r.h = durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf})
-	if err := r.m.AttachObjects(r.h); err != nil {
-		t.Fatal(err)
-	}
+	attachControllers(t, r.m, r.h, r.now)
 	return r
 }
 
@@ -147,7 +145,7 @@ func TestTenantsSeeOnlyTheirSandboxes(t *testing.T) {
 // sandbox changes; deny entries are always fine.
 func TestPolicyChecksEgressRules(t *testing.T) {
 	r := policyRig(t)
-	r.cfg.Policy.Tenants[0].EgressRules = []string{"api.github.com"}
+	r.cfg.Policy.(*policy.Policy).Tenants[0].EgressRules = []string{"api.github.com"}
 	t1 := policy.WithTenant(ctx, "t1")
 	ok := api.NetworkPolicy{Allow: []string{"api.github.com"}, Deny: []string{"*.example.com"}}
 	if _, _, err := plane(r.m).GetOrCreate(t1, api.CreateSandboxRequest{Name: "a", Network: &ok}, false); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/internal/tenant"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -67,7 +67,7 @@ func (m *Manager) CreateBackup(ctx context.Context, name string, req api.BackupR
 	}
 	now := time.Now().UTC()
 	b := store.Backup{ID: id, Name: req.Name, Sandbox: name, Dir: req.Dir, SizeBytes: st.CompressedBytes,
-		SHA256: st.SHA256, Files: files, CreatedAt: now, ExpiresAt: now.Add(ttl), Tenant: policy.TenantFrom(ctx)}
+		SHA256: st.SHA256, Files: files, CreatedAt: now, ExpiresAt: now.Add(ttl), Tenant: tenant.From(ctx)}
 	if rec, err := m.st.Get(ctx, name); err == nil {
 		b.Tenant = rec.Tenant // the sandbox's owner, also when the operator takes it
 	}

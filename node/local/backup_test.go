@@ -28,7 +28,7 @@ func TestRestoreExpiredBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.cfg.Blobs = blobs
-	r.m = New(r.cfg)
+	r.m = newAttached(t, r.cfg)
 	exp := time.Now().UTC().Add(-time.Minute).Truncate(time.Second)
 	if err := r.cfg.Store.PutBackup(ctx, store.Backup{ID: "bkp_old", Sandbox: "a", Dir: "/home/user/x",
 		CreatedAt: exp.Add(-time.Hour), ExpiresAt: exp, Tenant: "t1"}); err != nil {

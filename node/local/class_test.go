@@ -18,15 +18,13 @@ import (
 func attach(t *testing.T, r *rig) *durable.Host {
 	t.Helper()
 	h := durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf})
-	if err := r.m.AttachObjects(h); err != nil {
-		t.Fatal(err)
-	}
+	attachControllers(t, r.m, h, r.now)
 	return h
 }
 
 func alarmOf(t *testing.T, h *durable.Host, name string) (time.Time, bool) {
 	t.Helper()
-	st, err := h.StateOf(durable.Address{Class: SandboxClass, ID: name})
+	st, err := h.StateOf(durable.Address{Class: controller.Class, ID: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +71,7 @@ func TestSleepAlarmIsDurable(t *testing.T) {
 		t.Fatal("a sleeping sandbox still has an alarm")
 	}
 	// Wake it over RPC through the class, then destroy: no alarm is left.
-	out, err := h.Call(ctx, durable.Address{Class: SandboxClass, ID: "nap"}, "Wake", nil)
+	out, err := h.Call(ctx, durable.Address{Class: controller.Class, ID: "nap"}, "Wake", nil)
 	var woke api.Sandbox
 	if err != nil || json.Unmarshal(out, &woke) != nil || woke.State != api.StateRunning {
 		t.Fatalf("Wake over RPC: %s %v", out, err)
@@ -87,7 +85,7 @@ func TestSleepAlarmIsDurable(t *testing.T) {
 	if _, ok := alarmOf(t, h, "nap"); ok {
 		t.Fatal("destroy left the alarm")
 	}
-	if _, err := h.Call(ctx, durable.Address{Class: SandboxClass, ID: "nap"}, "Wake", nil); err == nil {
+	if _, err := h.Call(ctx, durable.Address{Class: controller.Class, ID: "nap"}, "Wake", nil); err == nil {
 		t.Fatal("Wake created a destroyed sandbox")
 	}
 	// The controller journals through its object: stream = sandbox name,
@@ -143,7 +141,7 @@ func TestRequestWakesThroughTheClass(t *testing.T) {
 		t.Fatalf("want the create and the wake as the object's container.start, got %d: %+v", starts, j)
 	}
 	var sp controller.Spec
-	if ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "w"}).Get(ctx, controller.SpecKey, &sp); !ok || err != nil || sp.SleepAfter != time.Minute {
+	if ok, err := r.h.Storage(durable.Address{Class: controller.Class, ID: "w"}).Get(ctx, controller.SpecKey, &sp); !ok || err != nil || sp.SleepAfter != time.Minute {
 		t.Fatalf("spec: %+v %v %v", sp, ok, err)
 	}
 }
@@ -162,7 +160,7 @@ func TestClassAdoptsSandboxWithoutSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sp controller.Spec
-	if ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "old"}).Get(ctx, controller.SpecKey, &sp); !ok || err != nil || sp.SleepAfter != 2*time.Minute || sp.Labels["a"] != "b" {
+	if ok, err := r.h.Storage(durable.Address{Class: controller.Class, ID: "old"}).Get(ctx, controller.SpecKey, &sp); !ok || err != nil || sp.SleepAfter != 2*time.Minute || sp.Labels["a"] != "b" {
 		t.Fatalf("adopted spec: %+v %v %v", sp, ok, err)
 	}
 	if _, ok := alarmOf(t, r.h, "old"); !ok {
@@ -193,7 +191,7 @@ func TestPatchesReachTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sp controller.Spec
-	ok, err := r.h.Storage(durable.Address{Class: SandboxClass, ID: "p"}).Get(ctx, controller.SpecKey, &sp)
+	ok, err := r.h.Storage(durable.Address{Class: controller.Class, ID: "p"}).Get(ctx, controller.SpecKey, &sp)
 	if !ok || err != nil || sp.Network == nil || len(sp.Network.Deny) != 1 || sp.Network.Deny[0] != "blocked.example.test" || sp.Labels["team"] != "infra" {
 		t.Fatalf("spec after the patches: %+v (network %+v) %v %v", sp, sp.Network, ok, err)
 	}

@@ -8,26 +8,25 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/outpipe"
 	"github.com/berth-sh/berth/node"
 )
 
-// compute is this machine's node.Node (durable.Compute is node.Node):
-// the machinery (runc container, rootfs, network, user namespace, the
-// inventory of sandboxes) that controller objects drive through their
-// st.Container and the control plane (control.Plane) reaches for agents.
-// The built-in Sandbox class (package controller) is one of them; it makes
-// the decisions, compute carries them out on a sandbox named by its
-// object (durable.SandboxName).
+// compute is this machine's node.Node: the machinery (runc container,
+// rootfs, network, user namespace, the inventory of sandboxes) that
+// controller objects drive through their st.Container (durable.Compute is
+// node.Node) and the control plane (control.Plane) reaches for agents.
+// The built-in Sandbox class (package controller) makes the decisions;
+// compute carries them out on the sandbox its object names.
 type compute struct {
 	m    *Manager
 	list func(ctx context.Context) ([]api.Image, error)
 }
 
-// Compute returns the Manager as a node.Node, for the durable.Host
-// the Manager is attached to (AttachObjects). list gives the image
+// Compute returns the Manager as a node.Node, for the durable host whose
+// controller objects the Manager is attached to (AttachControllers) and
+// for the control plane. list gives the image
 // store's images for Images when the operator policy names none; nil: no
 // images beyond the policy's.
 func (m *Manager) Compute(list func(ctx context.Context) ([]api.Image, error)) node.Node {
@@ -37,7 +36,7 @@ func (m *Manager) Compute(list func(ctx context.Context) ([]api.Image, error)) n
 var _ node.Node = compute{}
 
 // request turns start options into the create request the machinery runs.
-func request(name string, o durable.StartOptions) api.CreateSandboxRequest {
+func request(name string, o node.StartOptions) api.CreateSandboxRequest {
 	internet, keep := o.Internet, o.KeepAlive
 	req := api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Internet: &internet,
 		Env: o.Env, Labels: o.Labels, Network: o.Network, Isolation: o.Isolation, Persist: o.Persist, KeepAlive: &keep}
@@ -56,7 +55,7 @@ func request(name string, o durable.StartOptions) api.CreateSandboxRequest {
 	return req
 }
 
-func (c compute) Start(ctx context.Context, name string, o durable.StartOptions) error {
+func (c compute) Start(ctx context.Context, name string, o node.StartOptions) error {
 	if o.Snapshot != nil {
 		// Starting from a snapshot starts fresh: the old writable layer
 		// goes (the snapshot itself stays).
@@ -81,12 +80,12 @@ func (c compute) Start(ctx context.Context, name string, o durable.StartOptions)
 	return nil
 }
 
-func (c compute) Update(ctx context.Context, name string, o durable.StartOptions) error {
+func (c compute) Update(ctx context.Context, name string, o node.StartOptions) error {
 	_, _, err := c.m.startSandbox(ctx, request(name, o), startFlags{update: true, selfSleep: o.SelfSleep})
 	return err
 }
 
-func (c compute) Stop(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
+func (c compute) Stop(ctx context.Context, name string, o node.StopOptions) (bool, error) {
 	return c.m.stopSandbox(ctx, name, o)
 }
 
@@ -98,11 +97,11 @@ func shellJoin(argv []string) string {
 	return strings.Join(q, " ")
 }
 
-func (c compute) Status(ctx context.Context, name string) (durable.Status, error) {
+func (c compute) Status(ctx context.Context, name string) (node.Status, error) {
 	return c.m.status(ctx, name)
 }
 
-func (c compute) Exec(ctx context.Context, name string, argv []string, o durable.ExecOptions) (durable.Process, error) {
+func (c compute) Exec(ctx context.Context, name string, argv []string, o node.ExecOptions) (node.Process, error) {
 	if o.PTY {
 		return c.ptyExec(ctx, name, argv, o)
 	}
@@ -130,25 +129,23 @@ func (c compute) SetInactivityTimeout(ctx context.Context, name string, d time.D
 	return c.m.SetSleepAfter(ctx, name, d)
 }
 
-func (c compute) Snapshot(ctx context.Context, name string, o durable.SnapshotOptions) (durable.SnapshotHandle, error) {
+func (c compute) Snapshot(ctx context.Context, name string, o node.SnapshotOptions) (node.SnapshotHandle, error) {
 	req := api.SnapshotRequest{Name: o.Name}
 	if o.TTL > 0 {
 		req.TTL = o.TTL.String()
 	}
 	sn, err := c.m.Snapshot(ctx, name, req)
 	if err != nil {
-		return durable.SnapshotHandle{}, err
+		return node.SnapshotHandle{}, err
 	}
-	return durable.SnapshotHandle{ID: sn.ID, Name: sn.Name, SizeBytes: sn.SizeBytes, BaseImageDigest: sn.BaseImageDigest}, nil
+	return node.SnapshotHandle{ID: sn.ID, Name: sn.Name, SizeBytes: sn.SizeBytes, BaseImageDigest: sn.BaseImageDigest}, nil
 }
 
 func (c compute) Images(ctx context.Context) (map[string]string, error) {
-	if p := c.m.cfg.Policy; p != nil && len(p.Images) > 0 {
-		out := make(map[string]string, len(p.Images))
-		for n, d := range p.Images {
-			out[n] = d
+	if p := c.m.cfg.Policy; p != nil {
+		if out := p.ImageDigests(); len(out) > 0 {
+			return out, nil
 		}
-		return out, nil
 	}
 	out := map[string]string{}
 	if c.list == nil {

@@ -11,15 +11,15 @@ import (
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/outpipe"
+	"github.com/berth-sh/berth/node"
 )
 
 // ptyExec runs argv on a pty through the agent's terminals: the command
 // becomes the terminal's "shell" (a one-line script that execs argv, so
 // there is no interactive shell to echo it), output is the terminal's
 // bytes (stdout and stderr merged, as on any tty), stdin is typed in.
-func (c compute) ptyExec(ctx context.Context, name string, argv []string, o durable.ExecOptions) (durable.Process, error) {
+func (c compute) ptyExec(ctx context.Context, name string, argv []string, o node.ExecOptions) (node.Process, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "durable-" + hex.EncodeToString(b[:])

@@ -13,11 +13,11 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/blob"
-	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/policy"
-	"github.com/berth-sh/berth/preview"
+	"github.com/berth-sh/berth/internal/exposure"
+	"github.com/berth-sh/berth/internal/tenant"
+	"github.com/berth-sh/berth/node"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -55,11 +55,12 @@ type Config struct {
 	ImageTimeout time.Duration
 	Logf         func(format string, args ...any)
 	// Previews ends open preview connections (preview.Proxy); PreviewURLs
-	// renders an exposure's URLs. Both optional.
+	// renders an exposure's URLs (preview.URL, preview.PathURL). Both
+	// optional.
 	Previews interface {
 		Revoke(sandbox string, port int)
 	}
-	PreviewURLs func(preview.Exposure) (url, pathURL string)
+	PreviewURLs func(exposure.Exposure) (url, pathURL string)
 	// UserNS is where sandboxes' host uid/gid ranges come from.
 	UserNS UserNSConfig
 	// DefaultIsolation applies when a create request names none (default
@@ -72,7 +73,7 @@ type Config struct {
 	DiskMB int64
 	// Policy is the operator policy every start must pass (admission.go);
 	// nil: only berth's built-in limits.
-	Policy *policy.Policy
+	Policy Policy
 	// NodeName is this node's name in a cluster: it sees, runs and writes
 	// only the sandboxes whose record it owns (owner.go). Empty on a
 	// single host, where every record is this node's.
@@ -99,13 +100,9 @@ type Manager struct {
 	actors map[string]*actor // by name; guarded by mu
 
 	idMu sync.Mutex // serializes user namespace range allocation
-	// objects, once attached (class.go), runs the sandboxes' controller
+	// objects, once attached (class.go), are the sandboxes' controller
 	// objects (package controller).
-	objects *durable.Host
-	ownHost bool // objects was made by New, not attached: Run delivers its alarms
-
-	// now is the clock of the Sandbox class's idle decision (tests).
-	now func() time.Time
+	objects Controllers
 
 	// held is what this node holds, for Info.
 	held holdings
@@ -125,7 +122,7 @@ type actor struct {
 	exists  bool // rec is persisted
 	deleted bool // the actor was removed from the map; callers must retry
 	agent   *agentclient.Client
-	// entrypoint: this run has a durable.StartOptions.Entrypoint process
+	// entrypoint: this run has a node.StartOptions.Entrypoint process
 	// (its exit code, once it ended, is rec.ExitCode).
 	entrypoint bool
 
@@ -141,8 +138,8 @@ type actor struct {
 // and parts of preview URLs, so they are DNS labels.
 func ValidName(s string) error { return api.ValidateSandboxName(s) }
 
-// New returns a Manager. Call Reconcile before serving requests and Run to
-// start the alarm loop.
+// New returns a Manager. Attach its controllers (AttachControllers), then
+// call Reconcile before serving requests and Run to start the alarm loop.
 func New(cfg Config) *Manager {
 	if cfg.AlarmTick == 0 {
 		cfg.AlarmTick = time.Second
@@ -160,30 +157,18 @@ func New(cfg Config) *Manager {
 		cfg.Logf = log.Printf
 	}
 	cfg.UserNS.defaults()
-	m := &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
-	if s, ok := cfg.Store.(interface {
-		store.Objects
-		store.Ops
-	}); ok {
-		// Until AttachObjects hands it the daemon's host, the controller
-		// runs its class on a host of its own (Run delivers its alarms).
-		h := durable.NewHost(durable.Config{Store: s, Compute: m.Compute(nil), AlarmTick: cfg.AlarmTick, Logf: cfg.Logf})
-		if err := m.AttachObjects(h); err == nil {
-			m.ownHost = true
-		}
-	}
-	return m
+	return &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}
 }
 
 // lock returns the actor for name with its mutex held, loading its record
-// from the store on first use. A caller with a tenant (policy.TenantFrom)
+// from the store on first use. A caller with a tenant (tenant.From)
 // reaches only its own tenant's sandboxes.
 func (m *Manager) lock(ctx context.Context, name string) (*actor, error) {
 	a, err := m.lockAny(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if t := policy.TenantFrom(ctx); t != "" && a.exists && a.rec.Tenant != t {
+	if t := tenant.From(ctx); t != "" && a.exists && a.rec.Tenant != t {
 		a.mu.Unlock()
 		return nil, errdefs.PermissionDenied("sandbox %q belongs to another tenant", name)
 	}
@@ -273,11 +258,7 @@ func (m *Manager) journal(ctx context.Context, name, op, detail string) {
 	if m.objects != nil {
 		// Through the controller object's journal (package durable):
 		// same table and stream, with status and timestamps.
-		st, err := m.objects.StateOf(durable.Address{Class: SandboxClass, ID: name})
-		if err == nil {
-			err = st.Record(context.WithoutCancel(ctx), op, detail, nil, nil)
-		}
-		if err != nil {
+		if err := m.objects.Journal(context.WithoutCancel(ctx), name, op, detail); err != nil {
 			m.cfg.Logf("journal %s %s: %v", name, op, err)
 		}
 		return
@@ -388,7 +369,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			Instance: instance, Resources: res, Internet: req.Internet != nil && *req.Internet,
 			Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 			KeepAlive: req.KeepAlive != nil && *req.KeepAlive, CreatedAt: now, LastActive: now,
-			Tenant: policy.TenantFrom(ctx), SelfSleep: f.selfSleep,
+			Tenant: tenant.From(ctx), SelfSleep: f.selfSleep,
 		}
 		iso, err := m.isolation(req.Isolation)
 		if err != nil {
@@ -572,7 +553,7 @@ func (m *Manager) destroy(ctx context.Context, name string) error {
 // stopSandbox is the compute's Stop: it sleeps the sandbox, keeping its
 // files, and reports whether it did. With o.IdleSince it leaves a sandbox
 // that had activity after that time, or has an operation in flight.
-func (m *Manager) stopSandbox(ctx context.Context, name string, o durable.StopOptions) (bool, error) {
+func (m *Manager) stopSandbox(ctx context.Context, name string, o node.StopOptions) (bool, error) {
 	if err := ValidName(name); err != nil {
 		return false, err
 	}

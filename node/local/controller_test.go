@@ -244,7 +244,7 @@ func TestReconcile(t *testing.T) {
 	r.rt.Create(ctx, "orphan", t.TempDir())
 	r.rfs.known["orphan-layer"] = true
 	// A new daemon (a new Manager over the same store) reconciles.
-	m2 := New(r.cfg)
+	m2 := newAttached(t, r.cfg)
 	if err := m2.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/policy"
+	"github.com/berth-sh/berth/internal/tenant"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -89,8 +89,10 @@ func (m *Manager) setNetwork(ctx context.Context, name string, p api.NetworkPoli
 
 func (m *Manager) setNetworkLocked(ctx context.Context, a *actor, p api.NetworkPolicy) error {
 	p.Allow, p.Deny, p.Inject = nonNil(p.Allow), nonNil(p.Deny), nonNil(p.Inject)
-	if err := m.cfg.Policy.CheckNetwork(a.rec.Tenant, p.Internet, egressRules(&p)); err != nil {
-		return err
+	if pol := m.cfg.Policy; pol != nil {
+		if err := pol.CheckNetwork(a.rec.Tenant, p.Internet, egressRules(&p)); err != nil {
+			return err
+		}
 	}
 	a.rec.Network, a.rec.Internet = &p, p.Internet
 	if err := m.save(ctx, a); err != nil {
@@ -212,7 +214,7 @@ func (m *Manager) Secret(ctx context.Context, name string) (string, bool, error)
 // what another's inject rules use. Tenants name secrets in inject rules,
 // and the operator policy bounds the hosts those rules may reach.
 func operatorOnly(ctx context.Context) error {
-	if t := policy.TenantFrom(ctx); t != "" {
+	if t := tenant.From(ctx); t != "" {
 		return errdefs.PermissionDenied("secrets are managed with the operator's API key; tenant %s can only name them in inject rules", t)
 	}
 	return nil

@@ -56,7 +56,7 @@ func TestNetworkPolicyLifecycle(t *testing.T) {
 	r := newRig(t)
 	fe := &fakeEgress{attached: map[string]api.NetworkPolicy{}}
 	r.cfg.Egress = fe
-	r.m = New(r.cfg)
+	r.m = newAttached(t, r.cfg)
 	p := api.NetworkPolicy{Allow: []string{"api.internal.test"}, Inject: []api.InjectRule{{Host: "api.internal.test", SetHeaders: map[string]string{"Authorization": "Bearer ${secret:gh}"}}}}
 	sb, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "n", Network: &p}, false)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-sh/berth/agent"
 	"github.com/berth-sh/berth/control"
+	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/store/sqlite"
@@ -231,7 +232,6 @@ func (r *rig) now() time.Time {
 // fireAt delivers the controller objects' alarms due at t.
 func (r *rig) fireAt(t time.Time) {
 	r.at = t
-	r.m.now = r.now
 	r.h.FireDue(context.Background())
 	r.at = time.Time{}
 }
@@ -274,9 +274,7 @@ func newRigOn(t *testing.T, st *sqlite.Store, node string) *rig {
 	r.m = New(r.cfg)
 	// As the daemon runs it: the controller on package durable.
 	r.h = durable.NewHost(durable.Config{Store: st, Compute: r.m.Compute(nil), Logf: t.Logf, Now: r.now})
-	if err := r.m.AttachObjects(r.h); err != nil {
-		t.Fatal(err)
-	}
+	attachControllers(t, r.m, r.h, r.now)
 	t.Cleanup(func() {
 		for id := range r.rt.running {
 			r.rt.Delete(context.Background(), id, true)
@@ -290,5 +288,31 @@ func newRigOn(t *testing.T, st *sqlite.Store, node string) *rig {
 // lifecycle, exec and files calls are the plane's, which reaches m
 // through its objects and its node.Node.
 func plane(m *Manager) *control.Plane {
-	return control.NewPlane(control.PlaneConfig{Objects: m.objects, Store: m.st, Node: m.Compute(nil), Local: m, Logf: m.cfg.Logf})
+	var h *durable.Host
+	if o, ok := m.objects.(*controller.Objects); ok {
+		h = o.Host()
+	}
+	return control.NewPlane(control.PlaneConfig{Objects: h, Store: m.st, Node: m.Compute(nil), Local: m, Logf: m.cfg.Logf})
+}
+
+// attachControllers registers the built-in Sandbox class on h and hands
+// its objects to m, as the daemon does; now is the class's clock of idle
+// decisions (nil: time.Now).
+func attachControllers(t *testing.T, m *Manager, h *durable.Host, now func() time.Time) {
+	t.Helper()
+	c, err := controller.Attach(h, controller.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.AttachControllers(c)
+}
+
+// newAttached is a new Manager on cfg (a restarted daemon's) with its
+// own object host, as the daemon wires them.
+func newAttached(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	m := New(cfg)
+	h := durable.NewHost(durable.Config{Store: cfg.Store.(*sqlite.Store), Compute: m.Compute(nil), AlarmTick: cfg.AlarmTick, Logf: cfg.Logf})
+	attachControllers(t, m, h, nil)
+	return m
 }

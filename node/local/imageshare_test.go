@@ -68,12 +68,13 @@ func shareRig(t *testing.T, blobs *fs.Store, pol *policy.Policy) (*rig, *image.S
 		t.Fatal(err)
 	}
 	s.SetShared(blobs, "test blobs")
-	r.cfg.Images, r.cfg.Policy = storeImages{s}, pol
+	r.cfg.Images = storeImages{s}
+	if pol != nil { // a nil *policy.Policy in the interface would not be nil
+		r.cfg.Policy = pol
+	}
 	r.m = New(r.cfg)
 	r.h = durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf})
-	if err := r.m.AttachObjects(r.h); err != nil {
-		t.Fatal(err)
-	}
+	attachControllers(t, r.m, r.h, r.now)
 	return r, s
 }
 
@@ -174,9 +175,7 @@ func TestImageHasItsOwnClock(t *testing.T) {
 		r.cfg.StartTimeout, r.cfg.ImageTimeout = time.Second, tc.imageTimeout
 		r.m = New(r.cfg)
 		r.h = durable.NewHost(durable.Config{Store: r.cfg.Store.(*sqlite.Store), Compute: r.m.Compute(nil), Logf: t.Logf})
-		if err := r.m.AttachObjects(r.h); err != nil {
-			t.Fatal(err)
-		}
+		attachControllers(t, r.m, r.h, r.now)
 		_, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "slow"}, false)
 		if tc.ok && err != nil {
 			t.Fatalf("image slower than StartTimeout: %v", err)

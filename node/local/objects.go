@@ -9,8 +9,8 @@ import (
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/node"
 )
 
 // The compute side of controller objects (compute.go's helpers).
@@ -42,21 +42,21 @@ func (m *Manager) SetSleepAfter(ctx context.Context, name string, d time.Duratio
 
 // status is the compute's Status: the public view, the activity the
 // idle decision needs and, once it ended, the entrypoint's exit code.
-func (m *Manager) status(ctx context.Context, name string) (durable.Status, error) {
+func (m *Manager) status(ctx context.Context, name string) (node.Status, error) {
 	if err := ValidName(name); err != nil {
-		return durable.Status{}, err
+		return node.Status{}, err
 	}
 	a, err := m.lock(ctx, name)
 	if err != nil {
-		return durable.Status{}, err
+		return node.Status{}, err
 	}
 	defer a.mu.Unlock()
 	if !a.exists {
 		m.drop(a)
-		return durable.Status{State: "destroyed"}, nil
+		return node.Status{State: "destroyed"}, nil
 	}
 	sb := m.view(a)
-	st := durable.Status{Exists: true, Running: sb.State == api.StateRunning, State: sb.State, Error: sb.Error, OOM: sb.OOMKilled, Sandbox: sb}
+	st := node.Status{Exists: true, Running: sb.State == api.StateRunning, State: sb.State, Error: sb.Error, OOM: sb.OOMKilled, Sandbox: sb}
 	a.actMu.Lock()
 	st.LastActive, st.Busy = a.lastActive, a.active > 0
 	a.actMu.Unlock()
@@ -159,7 +159,7 @@ func (m *Manager) signal(ctx context.Context, name string, sig syscall.Signal) e
 	a.mu.Unlock()
 	switch sig {
 	case syscall.SIGTERM, syscall.SIGKILL:
-		_, err := m.stopSandbox(ctx, name, durable.StopOptions{Reason: "signal " + strconv.Itoa(int(sig))})
+		_, err := m.stopSandbox(ctx, name, node.StopOptions{Reason: "signal " + strconv.Itoa(int(sig))})
 		return err
 	}
 	return errdefs.InvalidArgument("signal %d: sandbox %q has no running entrypoint process; only 15 (SIGTERM) and 9 (SIGKILL) reach its main process, and stop it", sig, name)

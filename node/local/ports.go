@@ -11,7 +11,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/preview"
+	"github.com/berth-sh/berth/internal/exposure"
 	"github.com/berth-sh/berth/store"
 )
 
@@ -27,8 +27,8 @@ func (m *Manager) ExposePort(ctx context.Context, name string, req api.ExposePor
 	}
 	token := req.Token
 	if token == "" {
-		token = preview.NewToken()
-	} else if err := preview.CheckToken(token); err != nil {
+		token = exposure.NewToken()
+	} else if err := exposure.CheckToken(token); err != nil {
 		return api.ExposedPort{}, err
 	}
 	if len(req.Name) > 64 {
@@ -138,33 +138,34 @@ func (m *Manager) exposedPort(name string, e store.Exposure, currentRun string) 
 	return p
 }
 
-func toPreview(name string, e store.Exposure) preview.Exposure {
-	return preview.Exposure{Sandbox: name, Port: e.Port, Name: e.Name, Token: e.Token, Private: e.Private, RunID: e.RunID, CreatedAt: e.CreatedAt}
+func toPreview(name string, e store.Exposure) exposure.Exposure {
+	return exposure.Exposure{Sandbox: name, Port: e.Port, Name: e.Name, Token: e.Token, Private: e.Private, RunID: e.RunID, CreatedAt: e.CreatedAt}
 }
 
-// Lookup implements preview.Resolver. It never starts or wakes a sandbox
+// Lookup implements preview.Resolver (whose types are package
+// internal/exposure's). It never starts or wakes a sandbox
 // (cloudflare/sandbox-sdk #415): a sleeping or restarted sandbox's URL is
 // stale (410), a destroyed one's is unknown (404).
-func (m *Manager) Lookup(ctx context.Context, name string, port int, token string) (preview.Exposure, preview.DialFunc, error) {
+func (m *Manager) Lookup(ctx context.Context, name string, port int, token string) (exposure.Exposure, exposure.DialFunc, error) {
 	notFound := errdefs.NotFound("no preview URL for port %d of sandbox %q", port, name)
 	if ValidName(name) != nil {
-		return preview.Exposure{}, nil, notFound
+		return exposure.Exposure{}, nil, notFound
 	}
 	a, err := m.lock(ctx, name)
 	if err != nil {
-		return preview.Exposure{}, nil, err
+		return exposure.Exposure{}, nil, err
 	}
 	defer a.mu.Unlock()
 	if !a.exists {
 		m.drop(a) // lock made an actor for an unknown name
-		return preview.Exposure{}, nil, notFound
+		return exposure.Exposure{}, nil, notFound
 	}
 	e, ok := a.rec.Ports[port]
 	if !ok || subtle.ConstantTimeCompare([]byte(e.Token), []byte(token)) != 1 {
-		return preview.Exposure{}, nil, notFound
+		return exposure.Exposure{}, nil, notFound
 	}
 	if a.rec.State != api.StateRunning || a.agent == nil || e.RunID != a.rec.RunID {
-		return preview.Exposure{}, nil, fmt.Errorf("sandbox %q restarted or slept since port %d was exposed: %w", name, port, preview.ErrStale)
+		return exposure.Exposure{}, nil, fmt.Errorf("sandbox %q restarted or slept since port %d was exposed: %w", name, port, exposure.ErrStale)
 	}
 	m.touch(a)
 	ag := a.agent

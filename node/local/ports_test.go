@@ -28,7 +28,7 @@ func TestScratchPortsLifecycle(t *testing.T) {
 	r.cfg.PreviewURLs = func(e preview.Exposure) (string, string) {
 		return preview.URL(pcfg, e), preview.PathURL("http://"+pln.Addr().String(), e)
 	}
-	m = New(r.cfg)
+	m = newAttached(t, r.cfg)
 	r.m = m
 	srv := &httptest.Server{Listener: pln, Config: preview.NewServer("", prox)}
 	srv.Start()
@@ -124,7 +124,7 @@ func TestPortsCallerToken(t *testing.T) {
 	}
 	rev := &revokeRecorder{}
 	r.cfg.Previews = rev
-	m := New(r.cfg)
+	m := newAttached(t, r.cfg)
 	for _, n := range []string{"tok-a", "tok-b"} {
 		if _, _, err := plane(m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: n}, false); err != nil {
 			t.Fatal(err)

@@ -307,7 +307,4 @@ func (m *Manager) tick(ctx context.Context, now time.Time) {
 		go m.checkpoint(ctx, a, now)
 	}
 	m.fireDue(ctx, now)
-	if m.ownHost {
-		m.objects.FireDue(ctx)
-	}
 }

@@ -15,7 +15,7 @@ import (
 func TestUserNSRanges(t *testing.T) {
 	r := newRig(t)
 	r.cfg.UserNS = UserNSConfig{Base: 1 << 20, Size: 1 << 16, Count: 2}
-	r.m = New(r.cfg)
+	r.m = newAttached(t, r.cfg)
 	ctx := context.Background()
 	a, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "a"}, false)
 	if err != nil {
@@ -36,7 +36,7 @@ func TestUserNSRanges(t *testing.T) {
 	if err := plane(r.m).Sleep(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	r.m = New(r.cfg)
+	r.m = newAttached(t, r.cfg)
 	if _, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "a"}, false); err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,15 @@ var (
 	pg      *pgtest.Server
 	s3Cmd   *exec.Cmd
 	cluster [nodes + 1]*clusterNode // 1-based, as the nodes are named
+	// alone is a berth serve outside the cluster (SQLite, no S3) in a
+	// namespace of its own beside the nodes': TestBenchCluster's
+	// single-host baseline. Its network and data dir exist for the whole
+	// run; the daemon runs only during that test (startAlone).
+	alone *clusterNode
 )
+
+// hosts is every host the suite sets up: the nodes, then alone.
+func hosts() []*clusterNode { return append(append([]*clusterNode(nil), cluster[1:]...), alone) }
 
 func newNode(i int) *clusterNode {
 	s := strconv.Itoa(i)
@@ -127,6 +135,8 @@ func TestMain(m *testing.M) {
 	for i := 1; i <= nodes; i++ {
 		cluster[i] = newNode(i)
 	}
+	alone = newNode(nodes + 1)
+	alone.name = "single"
 	sweep(func(format string, args ...any) { fmt.Printf("sweep: "+format+"\n", args...) })
 	t0 := time.Now()
 	err := setUp()
@@ -192,11 +202,11 @@ func setUp() error {
 	if err != nil {
 		return err
 	}
-	errs := make(chan error, nodes)
-	for _, n := range cluster[1:] {
+	errs := make(chan error, nodes+1)
+	for _, n := range hosts() {
 		go func() { errs <- prepareData(n, seed) }()
 	}
-	for range nodes {
+	for range nodes + 1 {
 		if e := <-errs; e != nil && err == nil {
 			err = e
 		}
@@ -237,7 +247,7 @@ func setUpNetwork() error {
 		{"ip", "addr", "add", hubIP + "/24", "dev", hubName},
 		{"ip", "link", "set", hubName, "up"},
 	}
-	for _, n := range cluster[1:] {
+	for _, n := range hosts() {
 		// No default route: the nodes reach each other and the hub on
 		// the /24 and nothing beyond it.
 		cmds = append(cmds,
@@ -371,8 +381,8 @@ func prepareData(n *clusterNode, seed string) error {
 }
 
 // start runs n's berth serve (again) with extra environment (a weaken
-// switch, failpoints).
-func (n *clusterNode) start(env []string) error {
+// switch, failpoints) and extra serve flags.
+func (n *clusterNode) start(env []string, args ...string) error {
 	full := append(os.Environ(),
 		"BERTH_CLUSTER_DSN="+dsn, // not on the command line, where every local user can read it
 		"BERTH_S3_ACCESS_KEY="+s3Access, "BERTH_S3_SECRET_KEY="+s3Secret,
@@ -382,20 +392,48 @@ func (n *clusterNode) start(env []string) error {
 		Bin: binDir, Data: n.data, RunDir: n.run, Bridge: n.bridge, Subnet: n.subnet, UserNSBase: n.userns,
 		Netns: n.netns, Listen: n.addr + ":7070", PreviewListen: n.addr + ":7080",
 		Env: full, Log: n.log,
-		Args: []string{
+		Args: append([]string{
 			"--node-name", n.name,
 			"--node-listen", n.addr + ":7071", "--node-insecure",
 			"--cluster-token-file", tokenFile, "--api-key-file", keyFile,
 			"--s3-endpoint", "http://" + s3Addr, "--s3-bucket", s3Bucket,
 			"--node-heartbeat", heartbeat.String(), "--node-stale", stale.String(),
 			"--alarm-tick", "200ms",
-		},
+		}, args...),
 	})
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.name, err)
 	}
 	n.d, n.c = d, d.Client
 	return nil
+}
+
+// startAlone runs the single-host baseline's berth serve (not in the
+// cluster: SQLite, local blobs; the cluster's API key) until t ends.
+func startAlone(t *testing.T) *clusterNode {
+	t.Helper()
+	env := append(os.Environ(), "BERTH_URL=", "BERTH_API_KEY=", "BERTH_CLUSTER_DSN=")
+	d, err := testdaemon.Start(testdaemon.Options{
+		Bin: binDir, Data: alone.data, RunDir: alone.run, Bridge: alone.bridge, Subnet: alone.subnet, UserNSBase: alone.userns,
+		Netns: alone.netns, Listen: alone.addr + ":7070", PreviewListen: alone.addr + ":7080",
+		Env: env, Log: alone.log,
+		Args: []string{"--api-key-file", keyFile, "--alarm-tick", "200ms"},
+	})
+	if err != nil {
+		t.Fatalf("the single host: %v", err)
+	}
+	alone.d, alone.c = d, d.Client
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if list, err := alone.c.List(ctx, "", nil); err == nil {
+			for _, sb := range list {
+				_ = alone.c.Destroy(ctx, sb.Name)
+			}
+		}
+		d.Stop()
+	})
+	return alone
 }
 
 // alive reports whether n's daemon runs.
@@ -426,14 +464,14 @@ func tearDown() {
 		}
 	}
 	destroyAll(ctx)
-	for _, n := range cluster[1:] {
+	for _, n := range hosts() {
 		if n.alive() {
 			n.d.Stop()
 		}
 	}
 	// What a node could not destroy (it was killed, its store was cut
 	// off) is the test's to remove: containers, then mounts.
-	for _, n := range cluster[1:] {
+	for _, n := range hosts() {
 		removeContainers(n, func(format string, args ...any) { fmt.Printf("teardown: "+format+"\n", args...) })
 	}
 	stopS3()
@@ -444,7 +482,7 @@ func tearDown() {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, n := range cluster[1:] {
+	for _, n := range hosts() {
 		unmountUnder(n.run, nil)
 		unmountUnder(n.data, nil)
 		removeCgroups(n, nil)
@@ -647,7 +685,7 @@ func leftovers() []string {
 			}
 		}
 	}
-	for _, n := range cluster[1:] {
+	for _, n := range hosts() {
 		for _, dir := range []string{n.run, n.data} {
 			for _, m := range mountsUnder(dir) {
 				left = append(left, "mount "+m)
@@ -679,7 +717,7 @@ func sweep(logf func(string, ...any)) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	time.Sleep(100 * time.Millisecond)
-	for _, n := range cluster[1:] {
+	for _, n := range hosts() {
 		removeContainers(n, logf)
 		unmountUnder(n.run, logf)
 		unmountUnder(n.data, logf)

@@ -188,3 +188,19 @@ test('downloads carry a detected Content-Type and the binary flag', async () => 
   assert.equal(blob.headers.get('x-berth-binary'), 'true')
   assert.equal((await blob.arrayBuffer()).byteLength, 5)
 })
+
+// A full disk reaches the SDK as its own error (envd answers 507), not as
+// a generic one, and the sandbox works again once space is freed. The
+// sandbox's quota is filled with fallocate in halving steps (no data
+// written), so the test costs no real disk I/O.
+test('a write into a full disk is NotEnoughSpaceError; freeing space recovers', async () => {
+  const fill = await sbx.commands.run(
+    'i=0; for s in 8192 4096 2048 1024 512 256 128 64 32 16 8 4 2 1; do i=$((i+1)); ' +
+    'fallocate -l ${s}M /home/user/fill$i 2>/dev/null || rm -f /home/user/fill$i; done; ls /home/user | grep -c ^fill')
+  assert.ok(Number(fill.stdout.trim()) > 0, `fallocate filled nothing: ${fill.stdout}`)
+  await assert.rejects(sbx.files.write('/home/user/more.bin', new Uint8Array(8 << 20)),
+    (e) => e.name === 'NotEnoughSpaceError' && /space/i.test(e.message))
+  await sbx.commands.run('rm -f /home/user/fill* /home/user/more.bin')
+  await sbx.files.write('/home/user/after.txt', 'ok')
+  assert.equal(await sbx.files.read('/home/user/after.txt'), 'ok')
+})
