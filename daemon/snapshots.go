@@ -47,6 +47,23 @@ func (l layers) Capture(ctx context.Context, upper string, w io.Writer) (local.C
 	return local.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err
 }
 
+// CapturePrimed implements local.LayerPrimer: the capture's tar also
+// feeds the cache's image builder.
+func (l layers) CapturePrimed(ctx context.Context, upper string, w io.Writer) (local.CaptureStats, func(id, sum string) error, func(), error) {
+	p, err := l.cache.Prime(context.WithoutCancel(ctx))
+	if err != nil || p == nil {
+		st, err := l.Capture(ctx, upper, w)
+		return st, func(string, string) error { return nil }, func() {}, err
+	}
+	st, err := snapshot.Capture(ctx, upper, w, snapshot.CaptureOptions{Tee: p})
+	if err != nil {
+		p.Abort()
+		return local.CaptureStats{}, nil, nil, err
+	}
+	return local.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256},
+		p.Commit, p.Abort, nil
+}
+
 func (l layers) Squash(ctx context.Context, dirs []string, w io.Writer) (local.CaptureStats, error) {
 	st, err := snapshot.Squash(ctx, dirs, w, snapshot.CaptureOptions{})
 	return local.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err

@@ -177,6 +177,16 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		errs = append(errs, m.Unmount(ctx, id))
 	}
 	if ok, _ := m.isMountPoint(m.uppers, "btrfs"); ok {
+		// Mounts backed by files on the uppers filesystem (the snapshot
+		// cache's layer images) hold it busy; the sandboxes that used
+		// them are unmounted above.
+		if ms, err := mounts(); err == nil {
+			for i := len(ms) - 1; i >= 0; i-- {
+				if hasPathPrefix(ms[i].Point, m.uppers) {
+					_ = unix.Unmount(ms[i].Point, unix.MNT_DETACH)
+				}
+			}
+		}
 		if err := unix.Unmount(m.uppers, 0); err != nil {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m.uppers, err))
 		}

@@ -129,10 +129,16 @@ func BenchmarkTarZstd(b *testing.B) {
 	}
 }
 
-// BenchmarkCacheLayer is the restore side: verify, decompress and unpack
-// the captured tree (including the syncfs that makes it crash-safe),
-// beside `zstd -d | tar -x` of the same blob.
-func BenchmarkCacheLayer(b *testing.B) {
+// BenchmarkCacheLayer is the restore side: verify, decompress, write the
+// EROFS image and mount it, beside the unpack it replaced
+// (BenchmarkCacheLayerUnpack) and `zstd -d | tar -x` of the same blob.
+func BenchmarkCacheLayer(b *testing.B) { benchCacheLayer(b, false) }
+
+// BenchmarkCacheLayerUnpack is BenchmarkCacheLayer where images cannot be
+// mounted: the layer is unpacked into a directory (the path before images).
+func BenchmarkCacheLayerUnpack(b *testing.B) { benchCacheLayer(b, true) }
+
+func benchCacheLayer(b *testing.B, unpack bool) {
 	needRoot(b)
 	dir, size, _ := benchTree(b)
 	blobPath := filepath.Join(b.TempDir(), "blob.tar.zst")
@@ -154,10 +160,14 @@ func BenchmarkCacheLayer(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		c.unpack.Store(unpack)
 		b.StartTimer()
 		if _, err := c.Layer(context.Background(), "snap_bench", st.SHA256, open); err != nil {
 			b.Fatal(err)
 		}
+		b.StopTimer()
+		c.Close()
+		b.StartTimer()
 	}
 }
 
@@ -195,4 +205,35 @@ func benchScratch(b *testing.B) string {
 		return p
 	}
 	return b.TempDir()
+}
+
+// BenchmarkCapturePrimed is BenchmarkCapture with the layer's image built
+// from the same stream (Fork's path), committed into a cache.
+func BenchmarkCapturePrimed(b *testing.B) {
+	needRoot(b)
+	dir, size, _ := benchTree(b)
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c, err := NewCache(filepath.Join(benchScratch(b), "layers"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		p, err := c.Prime(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := Capture(context.Background(), dir, io.Discard, CaptureOptions{Tee: p})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Commit("snap_bench", st.SHA256); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		c.Close()
+		b.StartTimer()
+	}
 }

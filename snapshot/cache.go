@@ -12,12 +12,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/snapshot/erofs"
 )
 
 // maxWindow caps the zstd window a blob may ask the decoder to allocate.
@@ -25,24 +27,39 @@ import (
 // gigabytes is refused instead of allocated.
 const maxWindow = 64 << 20
 
-// Cache unpacks snapshot layers once per host and hands out their
-// directories as overlay lowers.
+// Cache turns snapshot layers into overlay lowers once per host: each blob
+// is verified, then written as one EROFS image that the kernel mounts
+// read-only (package snapshot/erofs), so a first restore costs one image
+// write and one mount instead of a file creation per entry. Where the
+// kernel cannot mount an image (no erofs, no file-backed mounts, no
+// privilege) the layer is unpacked into a directory as before.
 //
 // Layout under dir (one Cache per dir; the daemon's data-dir lock makes
 // that so):
 //
-//	<sha[:12]>/          an unpacked layer (short: the lowerdir option is one page)
-//	<sha[:12]>.sha256    its full digest, written last: a layer counts only
-//	                     once this says so (a crash leaves a stale dir, redone)
-//	<sha>/, <sha>.sha256 the same, for the rare sha whose 12-digit slot is
+//	<sha[:12]>/          the layer: the image mounted here, or an unpacked
+//	                     tree (short: the lowerdir option is one page)
+//	<sha[:12]>.erofs     the layer's EROFS image (absent for an unpacked one)
+//	<sha[:12]>.erofs.sha256  the image's sha256, checked before every mount
+//	<sha[:12]>.sha256    the blob's full digest, written last: a layer counts
+//	                     only once this says so (a crash leaves a stale one, redone)
+//	<sha>/, <sha>.*      the same, for the rare sha whose 12-digit slot is
 //	                     taken by another digest (48 bits can be ground by a
 //	                     hostile sandbox: a short-prefix match must never serve
 //	                     another snapshot's files)
 //	.ids/<id>            which snapshot ids use which digest (for Remove)
-//	.tmp-*               unpacks in progress; removed by NewCache
+//	.tmp-*               unpacks and image builds in progress; removed by NewCache
+//
+// Mounts outlive the daemon (like its containers): a restarted daemon finds
+// a layer still mounted and uses it; one that is not (after a reboot) is
+// verified against its recorded image digest before it is mounted again,
+// and a mismatch drops the image and rebuilds it from the verified blob.
 type Cache struct {
 	dir    string
 	limits Limits
+	// unpack is set once mounting an image failed for want of kernel
+	// support or privilege: later layers are unpacked directly.
+	unpack atomic.Bool
 
 	mu    sync.Mutex
 	locks map[string]*keyLock
@@ -80,7 +97,7 @@ func NewCacheWithLimits(dir string, l Limits) (*Cache, error) {
 		name := e.Name()
 		switch {
 		case strings.HasPrefix(name, ".tmp-"):
-			os.RemoveAll(filepath.Join(abs, name)) // RemoveAll never follows symlinks
+			os.RemoveAll(filepath.Join(abs, name)) // RemoveAll never follows symlinks; never a mount point
 		case strings.HasSuffix(name, pendingSuffix):
 			slot := strings.TrimSuffix(name, pendingSuffix)
 			mark, err := os.ReadFile(filepath.Join(abs, name))
@@ -93,8 +110,7 @@ func NewCacheWithLimits(dir string, l Limits) (*Cache, error) {
 			}
 			// Written before a reboot and never flushed: its blocks may
 			// be gone. Drop it; the next restore fetches it again.
-			os.Remove(filepath.Join(abs, slot+".sha256"))
-			os.RemoveAll(filepath.Join(abs, slot))
+			c.drop(slot)
 			os.Remove(filepath.Join(abs, name))
 		}
 	}
@@ -105,9 +121,59 @@ const pendingSuffix = ".pending"
 
 // settle flushes a layer to disk and clears its pending mark.
 func (c *Cache) settle(slot string) {
-	if err := syncfs(filepath.Join(c.dir, slot)); err == nil {
+	err := fsyncFile(filepath.Join(c.dir, slot+imageSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = syncfs(filepath.Join(c.dir, slot)) // an unpacked layer
+	}
+	if err == nil {
 		os.Remove(filepath.Join(c.dir, slot+pendingSuffix))
 	}
+}
+
+const (
+	imageSuffix    = ".erofs"
+	imageSumSuffix = ".erofs.sha256"
+)
+
+// drop unmounts and deletes a slot, its completeness marker first: a crash
+// mid-delete must not leave a half-deleted layer that lookup would serve.
+func (c *Cache) drop(slot string) error {
+	p := filepath.Join(c.dir, slot)
+	if err := os.Remove(p + ".sha256"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := unmountLayer(p); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return err
+	}
+	for _, suf := range []string{imageSuffix, imageSumSuffix, pendingSuffix} {
+		if err := os.Remove(p + suf); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close unmounts every layer image mounted under the cache dir (MNT_DETACH:
+// an overlay still using one keeps it alive until it goes). The daemon
+// leaves its layers mounted, as it leaves its containers running; tests
+// and a host being torn down call this.
+func (c *Cache) Close() error {
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			if err := unmountLayer(filepath.Join(c.dir, e.Name())); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 // bootID identifies this boot of the kernel.
@@ -129,10 +195,13 @@ func bootID() string {
 //  2. zstd is decoded with a capped window and a cap on total output,
 //     min(MaxUncompressedBytes, max(RatioFloor, MaxRatio*compressed)): a
 //     compression bomb fails with errdefs.ResourceExhausted.
-//  3. image.Unpack (the hostile-layer unpacker: no escapes, no devices,
-//     xattrs dropped) writes a temp dir that is renamed into place.
+//  3. erofs.FromTar (image.Unpack's hostile-layer rules: no escapes, no
+//     devices, xattrs dropped) writes the layer's EROFS image, whose own
+//     digest is recorded, and the image is mounted read-only at the
+//     returned directory. Where images cannot be mounted, image.Unpack
+//     writes a temp dir that is renamed into place instead.
 //
-// Concurrent calls for one digest wait for a single unpack.
+// Concurrent calls for one digest wait for a single build.
 func (c *Cache) Layer(ctx context.Context, id, sha256hex string, open func(ctx context.Context) (io.ReadCloser, error)) (string, error) {
 	if err := validID(id); err != nil {
 		return "", err
@@ -149,7 +218,11 @@ func (c *Cache) Layer(ctx context.Context, id, sha256hex string, open func(ctx c
 	if prev := readSum(filepath.Join(c.dir, ".ids", id)); prev != "" && prev != sum {
 		return "", errdefs.FailedPrecondition("snapshot %s is cached with digest %s, not %s", id, prev, sum)
 	}
-	if p, ok := c.lookup(sum); ok {
+	p, ok, err := c.lookup(sum)
+	if err != nil {
+		return "", err
+	}
+	if ok {
 		return p, c.ref(id, sum)
 	}
 	slot := c.freeSlot(sum)
@@ -170,14 +243,269 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 		return err
 	}
 	limit := c.limits.maxFor(st.Size())
+	if err := c.drop(slot); err != nil { // a stale slot from a crash
+		return err
+	}
+	if !c.unpack.Load() {
+		err := c.fillImage(ctx, id, sum, slot, spool, st.Size(), limit)
+		if !errors.Is(err, errNoMount) {
+			return err
+		}
+		c.unpack.Store(true)
+		if _, err := spool.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+	}
+	return c.fillDir(ctx, id, sum, slot, spool, st.Size(), limit)
+}
 
+// decoder reads the verified blob's tar stream under the restore caps.
+func (c *Cache) decoder(id string, spool io.Reader, compressed, limit int64) (*zstd.Decoder, *capReader, error) {
 	dec, err := zstd.NewReader(spool, zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderConcurrency(2))
 	if err != nil {
-		return errdefs.InvalidArgument("snapshot %s is corrupt: %w", id, err)
+		return nil, nil, errdefs.InvalidArgument("snapshot %s is corrupt: %w", id, err)
+	}
+	return dec, &capReader{r: dec, max: limit, id: id, compressed: compressed}, nil
+}
+
+// refusal turns what a tar consumer reported into the layer's error: the
+// cap reader's own error first (consumers report a failed read as a
+// malformed tar), size refusals as a compression bomb.
+func refusal(id string, compressed int64, lr *capReader, err error) error {
+	if lr.err != nil {
+		return lr.err
+	}
+	if errdefs.IsKind(err, errdefs.ErrResourceExhausted) {
+		// Refused by the tar headers' sizes before reading data.
+		return errdefs.ResourceExhausted("snapshot %s is refused as a compression bomb (%d-byte blob): %w", id, compressed, err)
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	return nil
+}
+
+// fillImage builds slot's EROFS image from the verified blob, records the
+// image's digest, and mounts it. errNoMount means this host cannot mount
+// images; nothing is left behind then.
+func (c *Cache) fillImage(ctx context.Context, id, sum, slot string, spool io.Reader, compressed, limit int64) error {
+	dec, lr, err := c.decoder(id, spool, compressed, limit)
+	if err != nil {
+		return err
 	}
 	defer dec.Close()
-	lr := &capReader{r: dec, max: limit, id: id, compressed: st.Size()}
+	f, err := os.CreateTemp(c.dir, ".tmp-*"+imageSuffix)
+	if err != nil {
+		return fmt.Errorf("snapshot cache: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		f.Close()
+		if !ok {
+			os.Remove(tmp) // no partial image is ever left behind
+			c.drop(slot)
+		}
+	}()
+	ist, err := erofs.FromTar(ctx, lr, f, erofs.Options{
+		MaxEntries:    c.limits.MaxEntries,
+		MaxFileSize:   limit,
+		MaxTotalBytes: limit,
+	})
+	if err := refusal(id, compressed, lr, err); err != nil {
+		return err
+	}
+	if err := c.install(slot, sum, tmp, ist.Digest); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
 
+// install moves a built image into slot and mounts it: the pending mark
+// first (see fillDir), then the image and its digest, the mount, and the
+// completeness marker last. On error the caller drops the slot.
+func (c *Cache) install(slot, sum, tmp, imgSum string) error {
+	if err := writeFileSync(filepath.Join(c.dir, slot+pendingSuffix), bootID()); err != nil {
+		return err
+	}
+	p := filepath.Join(c.dir, slot)
+	if err := os.Rename(tmp, p+imageSuffix); err != nil {
+		return fmt.Errorf("snapshot cache: %w", err)
+	}
+	if err := writeFileSync(p+imageSumSuffix, imgSum); err != nil {
+		return err
+	}
+	if err := os.Mkdir(p, 0o755); err != nil {
+		return fmt.Errorf("snapshot cache: %w", err)
+	}
+	if err := mountImage(p+imageSuffix, p); err != nil {
+		return err
+	}
+	if err := writeFileSync(p+".sha256", sum); err != nil {
+		return err
+	}
+	go c.settle(slot)
+	return nil
+}
+
+// Primer builds a layer's image from the tar stream of a capture under
+// way, so that a layer captured on this host (a fork's) is ready on it
+// without fetching its blob back and decompressing it. Write it the
+// uncompressed tar (CaptureOptions.Tee), then Commit with the blob's
+// digest once the capture and its upload succeeded, or Abort.
+type Primer struct {
+	c     *Cache
+	f     *os.File
+	ch    chan []byte   // filled chunks of the tar stream, to the builder
+	stop  chan struct{} // closed once the builder stopped early
+	cur   []byte
+	done  chan error
+	st    erofs.Stats
+	ended bool
+}
+
+// primeChunk and primeQueue bound what a Primer buffers (16 MiB): the
+// capture runs ahead of the image builder by at most that much, and
+// neither waits on the other for every tar header.
+const (
+	primeChunk = 1 << 20
+	primeQueue = 16
+)
+
+// Prime starts a Primer. It returns nil where images cannot be mounted.
+func (c *Cache) Prime(ctx context.Context) (*Primer, error) {
+	if c.unpack.Load() {
+		return nil, nil
+	}
+	f, err := os.CreateTemp(c.dir, ".tmp-*"+imageSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	p := &Primer{c: c, f: f, ch: make(chan []byte, primeQueue), stop: make(chan struct{}),
+		cur: make([]byte, 0, primeChunk), done: make(chan error, 1)}
+	go func() {
+		r := &chunkReader{ch: p.ch}
+		st, err := erofs.FromTar(ctx, r, f, erofs.Options{MaxEntries: c.limits.MaxEntries,
+			MaxFileSize: c.limits.MaxUncompressedBytes, MaxTotalBytes: c.limits.MaxUncompressedBytes})
+		p.st = st
+		close(p.stop) // the rest of the stream (end-of-archive padding) is not needed
+		p.done <- err
+	}()
+	return p, nil
+}
+
+type chunkReader struct {
+	ch  chan []byte
+	cur []byte
+}
+
+func (r *chunkReader) Read(b []byte) (int, error) {
+	for len(r.cur) == 0 {
+		c, ok := <-r.ch
+		if !ok {
+			return 0, io.EOF
+		}
+		r.cur = c
+	}
+	n := copy(b, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// Write feeds the image builder. It never fails: a builder that gave up
+// only means the layer is not primed, never a failed capture.
+func (p *Primer) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 {
+		k := min(len(b), primeChunk-len(p.cur))
+		p.cur = append(p.cur, b[:k]...)
+		b = b[k:]
+		if len(p.cur) == primeChunk {
+			p.flush()
+		}
+	}
+	return n, nil
+}
+
+func (p *Primer) flush() {
+	if len(p.cur) == 0 {
+		return
+	}
+	select {
+	case p.ch <- p.cur:
+		p.cur = make([]byte, 0, primeChunk)
+	case <-p.stop:
+		p.cur = p.cur[:0] // the builder is done with the stream
+	}
+}
+
+// end closes the stream and waits for the builder.
+func (p *Primer) end() error {
+	if p.ended {
+		return errors.New("primer already ended")
+	}
+	p.ended = true
+	p.flush()
+	close(p.ch)
+	return <-p.done
+}
+
+// Commit makes the built image the cached layer of snapshot id, whose blob
+// has digest sum. It is the caller's word that the tar it wrote is exactly
+// that blob's content: both came from one capture.
+func (p *Primer) Commit(id, sum string) error {
+	err := p.end()
+	tmp := p.f.Name()
+	defer func() {
+		p.f.Close()
+		os.Remove(tmp) // gone already once installed
+	}()
+	if err != nil {
+		return fmt.Errorf("snapshot cache: prime %s: %w", id, err)
+	}
+	if err := validID(id); err != nil {
+		return err
+	}
+	sum, err = validSHA(sum)
+	if err != nil {
+		return err
+	}
+	c := p.c
+	unlock := c.lock(sum)
+	defer unlock()
+	if _, ok, err := c.lookup(sum); err != nil {
+		return err
+	} else if ok {
+		return c.ref(id, sum)
+	}
+	slot := c.freeSlot(sum)
+	if err := c.drop(slot); err != nil {
+		return err
+	}
+	if err := c.install(slot, sum, tmp, p.st.Digest); err != nil {
+		c.drop(slot)
+		return err
+	}
+	return c.ref(id, sum)
+}
+
+// Abort discards what was built.
+func (p *Primer) Abort() {
+	if !p.ended {
+		p.end() // a truncated stream: the builder fails or builds a partial image, dropped here
+	}
+	p.f.Close()
+	os.Remove(p.f.Name())
+}
+
+// fillDir unpacks the verified blob into slot's directory (no image).
+func (c *Cache) fillDir(ctx context.Context, id, sum, slot string, spool io.Reader, compressed, limit int64) error {
+	dec, lr, err := c.decoder(id, spool, compressed, limit)
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
 	tmp, err := os.MkdirTemp(c.dir, ".tmp-")
 	if err != nil {
 		return fmt.Errorf("snapshot cache: %w", err)
@@ -196,15 +524,8 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 		MaxFileSize:   limit,
 		MaxTotalBytes: limit,
 	})
-	if lr.err != nil {
-		return lr.err // Unpack reports a failed read as a malformed tar
-	}
-	if errdefs.IsKind(err, errdefs.ErrResourceExhausted) {
-		// Unpack refuses by the tar headers' sizes before reading data.
-		return errdefs.ResourceExhausted("snapshot %s is refused as a compression bomb (%d-byte blob): %w", id, st.Size(), err)
-	}
-	if err != nil {
-		return fmt.Errorf("snapshot %s: %w", id, err)
+	if err := refusal(id, compressed, lr, err); err != nil {
+		return err
 	}
 	// A crash must never leave a complete-looking layer with lost blocks,
 	// but a syncfs of hundreds of megabytes would double the restore time.
@@ -217,9 +538,6 @@ func (c *Cache) fill(ctx context.Context, id, sum, slot string, open func(ctx co
 		return err
 	}
 	dst := filepath.Join(c.dir, slot)
-	if err := os.RemoveAll(dst); err != nil { // a stale slot from a crash
-		return err
-	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("snapshot cache: %w", err)
 	}
@@ -344,31 +662,70 @@ func (c *Cache) Remove(id string) error {
 		if readSum(filepath.Join(c.dir, slot+".sha256")) != sum {
 			continue
 		}
-		// Invalidate first: a crash mid-delete must not leave a
-		// half-deleted dir that lookup would serve.
-		if err := os.Remove(filepath.Join(c.dir, slot+".sha256")); err != nil {
+		if err := c.drop(slot); err != nil {
 			return err
 		}
-		if err := os.RemoveAll(filepath.Join(c.dir, slot)); err != nil {
-			return err
-		}
-		os.Remove(filepath.Join(c.dir, slot+pendingSuffix))
 	}
 	return nil
 }
 
-// lookup returns the layer dir of sum if it is complete.
-func (c *Cache) lookup(sum string) (string, bool) {
+// lookup returns the layer dir of sum if it is complete, mounting its image
+// first if it is not mounted (after a reboot). An image whose digest no
+// longer matches the one recorded when it was built is never mounted: the
+// slot is dropped and lookup reports a miss, so the layer is rebuilt from
+// the verified blob.
+func (c *Cache) lookup(sum string) (string, bool, error) {
 	for _, slot := range []string{sum[:12], sum} {
 		p := filepath.Join(c.dir, slot)
 		if readSum(p+".sha256") != sum {
 			continue
 		}
-		if st, err := os.Lstat(p); err == nil && st.IsDir() {
-			return p, true
+		st, err := os.Lstat(p)
+		if err != nil || !st.IsDir() {
+			continue
 		}
+		if _, err := os.Lstat(p + imageSuffix); errors.Is(err, fs.ErrNotExist) {
+			return p, true, nil // an unpacked layer
+		}
+		if mounted(p) {
+			return p, true, nil
+		}
+		err = c.verifyAndMount(slot)
+		if errdefs.IsKind(err, errdefs.ErrInvalidArgument) {
+			if err := c.drop(slot); err != nil {
+				return "", false, err
+			}
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, err
+		}
+		return p, true, nil
 	}
-	return "", false
+	return "", false, nil
+}
+
+// verifyAndMount checks slot's image against its recorded digest
+// (erofs.Digest: every byte of the image) and
+// mounts it. A mismatch (a torn write after a crash, a disk error, a
+// change by anyone but this cache) is errdefs.InvalidArgument, and the
+// image is not mounted.
+func (c *Cache) verifyAndMount(slot string) error {
+	p := filepath.Join(c.dir, slot)
+	want := readSum(p + imageSumSuffix)
+	f, err := os.Open(p + imageSuffix)
+	if err != nil {
+		return errdefs.InvalidArgument("snapshot layer image %s: %w", slot, err)
+	}
+	got, err := imageDigest(f)
+	f.Close()
+	if err != nil {
+		return errdefs.InvalidArgument("snapshot layer image %s cannot be verified: %w", slot, err)
+	}
+	if want == "" || got != want {
+		return errdefs.InvalidArgument("snapshot layer image %s is corrupt: sha256 %s, recorded %q; refusing to mount it", slot, got, want)
+	}
+	return mountImage(p+imageSuffix, p)
 }
 
 // freeSlot picks the short slot unless another digest holds it.

@@ -32,6 +32,7 @@ func newCache(t *testing.T, l Limits) (*Cache, string) {
 	dir := filepath.Join(t.TempDir(), "layers")
 	c, err := NewCacheWithLimits(dir, l)
 	must(t, err)
+	t.Cleanup(func() { c.Close() }) // before the temp dir goes
 	return c, dir
 }
 

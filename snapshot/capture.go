@@ -81,6 +81,10 @@ type CaptureOptions struct {
 	MaxDepth int
 	// Limits are the restore limits the result must respect.
 	Limits Limits
+	// Tee, if set, also receives the uncompressed tar stream (a Primer
+	// building this host's image of the layer). An error from it fails
+	// the capture.
+	Tee io.Writer
 }
 
 func (o CaptureOptions) withDefaults() CaptureOptions {
@@ -160,7 +164,11 @@ func write(ctx context.Context, layers []string, w io.Writer, opts CaptureOption
 	if err != nil {
 		return CaptureStats{}, err
 	}
-	raw := &limitCount{w: enc, max: opts.Limits.MaxUncompressedBytes}
+	var tarOut io.Writer = enc
+	if opts.Tee != nil {
+		tarOut = io.MultiWriter(enc, opts.Tee)
+	}
+	raw := &limitCount{w: tarOut, max: opts.Limits.MaxUncompressedBytes}
 	wk := &walker{
 		ctx:   ctx,
 		tw:    tar.NewWriter(raw),

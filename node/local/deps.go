@@ -128,6 +128,16 @@ type Snapshotter interface {
 	Forget(id string) error
 }
 
+// LayerPrimer is the optional part of a Snapshotter that builds this
+// host's copy of a layer while it is captured, so a layer about to be used
+// here (a fork's) needs no fetch and decompression of its own blob.
+type LayerPrimer interface {
+	// CapturePrimed is Capture that also builds the layer. After the blob
+	// is stored, commit(id, sha256) makes it snapshot id's cached layer;
+	// abort discards it. Exactly one of them is called when err is nil.
+	CapturePrimed(ctx context.Context, upperDir string, w io.Writer) (st CaptureStats, commit func(id, sha256 string) error, abort func(), err error)
+}
+
 // CaptureStats describes one captured layer.
 type CaptureStats struct {
 	Files, UncompressedBytes, CompressedBytes int64

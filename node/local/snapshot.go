@@ -71,6 +71,12 @@ func snapToAPI(s store.Snapshot) api.Snapshot {
 // compression and upload run afterwards from the frozen-in-time copy, while
 // the sandbox works on.
 func (m *Manager) Snapshot(ctx context.Context, name string, req api.SnapshotRequest) (api.Snapshot, error) {
+	return m.snapshot(ctx, name, req, false)
+}
+
+// snapshot is Snapshot; with prime, the layer is also made ready on this
+// host as it is captured (see LayerPrimer).
+func (m *Manager) snapshot(ctx context.Context, name string, req api.SnapshotRequest, prime bool) (api.Snapshot, error) {
 	if err := m.snapshotsReady(); err != nil {
 		return api.Snapshot{}, err
 	}
@@ -95,7 +101,7 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req api.SnapshotReq
 		return api.Snapshot{}, err
 	}
 	defer release()
-	sn, err := m.storeLayer(ctx, rec, dir, req.Name, ttl, freeze)
+	sn, err := m.storeLayer(ctx, rec, dir, req.Name, ttl, freeze, prime)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
@@ -144,7 +150,9 @@ func (m *Manager) freezeCopy(ctx context.Context, a *actor) (string, func() erro
 // snapshot, squashing when the chain would grow past MaxChain. The record
 // is written only after the blob is complete, so a crash leaves at most an
 // unreferenced blob, which reconcile removes.
-func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, name string, ttl, freeze time.Duration) (store.Snapshot, error) {
+// With prime, a Snapshotter that is a LayerPrimer builds the layer on this
+// host as it captures it.
+func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, name string, ttl, freeze time.Duration, prime bool) (store.Snapshot, error) {
 	id := newArtifactID("snap_")
 	chain := append([]store.Layer(nil), rec.Chain...)
 	parent := ""
@@ -152,6 +160,17 @@ func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, n
 		parent = chain[len(chain)-1].ID
 	}
 	produce := func(w io.Writer) (CaptureStats, error) { return m.cfg.Snapshots.Capture(ctx, upperDir, w) }
+	var commit func(id, sha256 string) error
+	abort := func() {}
+	if lp, ok := m.cfg.Snapshots.(LayerPrimer); ok && prime {
+		produce = func(w io.Writer) (CaptureStats, error) {
+			st, c, a, err := lp.CapturePrimed(ctx, upperDir, w)
+			if err == nil {
+				commit, abort = c, a
+			}
+			return st, err
+		}
+	}
 	if len(chain)+1 > MaxChain {
 		dirs, err := m.chainDirs(ctx, chain)
 		if err != nil {
@@ -163,6 +182,7 @@ func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, n
 	}
 	st, err := m.upload(ctx, snapKey(id), produce)
 	if err != nil {
+		abort()
 		return store.Snapshot{}, fmt.Errorf("snapshot of %q: %w", rec.Name, err)
 	}
 	failpoint.Hit("snapshot.uploaded")
@@ -176,8 +196,15 @@ func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, n
 		CreatedAt: now, ExpiresAt: now.Add(ttl), Tenant: rec.Tenant,
 	}
 	if err := m.st.PutSnapshot(ctx, sn); err != nil {
+		abort()
 		_ = m.cfg.Blobs.Delete(context.WithoutCancel(ctx), snapKey(id))
 		return store.Snapshot{}, err
+	}
+	if commit != nil {
+		// A layer that fails to prime is fetched on first use instead.
+		if err := commit(id, st.SHA256); err != nil {
+			m.cfg.Logf("snapshot %s: prime the local layer: %v", id, err)
+		}
 	}
 	return sn, nil
 }
