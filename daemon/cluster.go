@@ -269,16 +269,7 @@ func (w *clusterWiring) leaseHeld(addr durable.Address, key string, epoch int64)
 // paused or cut off past the staleness bound stops the containers of the
 // sandboxes the cluster moved away, without writing their records.
 func fenceLoop(ctx context.Context, mgr *local.Manager, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			mgr.Fence(ctx)
-		}
-	}
+	everyTick(ctx, every, func() { mgr.Fence(ctx) })
 }
 
 // newPlacer is the placement of creates over the store's node list.
@@ -381,4 +372,19 @@ func (g clearGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("node URL %s://%s is plain http to a host that is not loopback: the cluster credential would cross the network in the clear (serve the node API with TLS, or give --node-insecure on a trusted network)", r.URL.Scheme, r.URL.Host)
 	}
 	return g.rt.RoundTrip(r)
+}
+
+// everyTick calls fn every interval until ctx ends: the shape of cluster
+// mode's background loops (fencing, drain, lease renewal, the stale watch).
+func everyTick(ctx context.Context, every time.Duration, fn func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }

@@ -204,16 +204,7 @@ type drainer struct {
 // drainLoop runs the drainer every interval until ctx ends.
 func (w *clusterWiring) drainLoop(ctx context.Context, sleep func(ctx context.Context, name string) error, every time.Duration) {
 	d := &drainer{self: w.self, st: w.st, sleep: sleep, shared: w.sharedBlobs, batch: drainBatch, logf: w.logf}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			d.turn(ctx)
-		}
-	}
+	everyTick(ctx, every, func() { d.turn(ctx) })
 }
 
 // turn is one round: it returns the names it put to sleep.

@@ -46,16 +46,7 @@ func staleCheckEvery(stale time.Duration) time.Duration {
 
 // run checks the member every staleCheckEvery until ctx ends.
 func (s *staleWatch) run(ctx context.Context) {
-	t := time.NewTicker(staleCheckEvery(s.stale))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.check()
-		}
-	}
+	everyTick(ctx, staleCheckEvery(s.stale), func() { s.check() })
 }
 
 // check cancels the current context once the member is stale, and starts

@@ -68,16 +68,7 @@ func (w *clusterWiring) drop(h heldLease) {
 
 // leaseLoop runs renewLeases every interval until ctx ends.
 func (w *clusterWiring) leaseLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.renewLeases(ctx)
-		}
-	}
+	everyTick(ctx, every, func() { w.renewLeases(ctx) })
 }
 
 // renewLeases renews every held object lease whose instance is resident

@@ -149,9 +149,11 @@ type unpacker struct {
 	w     *writers // small-file writers (unpack_parallel.go)
 }
 
-// cleanName turns a tar name into a clean path relative to dst, or refuses
-// it. "." is the destination itself.
-func cleanName(name string) (string, error) {
+// CleanName turns a tar name into a clean path relative to the layer's
+// root, or refuses it: a NUL byte, or a name that climbs above the root
+// (a leading "/" is stripped). "." is the root itself. The snapshot
+// package's EROFS writer applies the same rule.
+func CleanName(name string) (string, error) {
 	if strings.IndexByte(name, 0) >= 0 {
 		return "", errdefs.InvalidArgument("name contains a NUL byte")
 	}
@@ -169,7 +171,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
-	name, err := cleanName(hdr.Name)
+	name, err := CleanName(hdr.Name)
 	if err != nil {
 		return err
 	}
@@ -416,7 +418,7 @@ func (u *unpacker) symlink(dir, base string, hdr *tar.Header) error {
 }
 
 func (u *unpacker) hardlink(dir, base, name string, hdr *tar.Header) error {
-	target, err := cleanName(hdr.Linkname)
+	target, err := CleanName(hdr.Linkname)
 	if err != nil {
 		return fmt.Errorf("hardlink target: %w", err)
 	}

@@ -189,13 +189,13 @@ func TestCleanName(t *testing.T) {
 	for in, want := range map[string]string{
 		"a/b": "a/b", "/a/b": "a/b", "./a//b/": "a/b", "a/../b": "b", "/": ".", "": ".", "//x": "x",
 	} {
-		if got, err := cleanName(in); err != nil || got != want {
-			t.Errorf("cleanName(%q) = %q, %v; want %q", in, got, err, want)
+		if got, err := CleanName(in); err != nil || got != want {
+			t.Errorf("CleanName(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"..", "../x", "a/../../x", "a\x00b", "/../x"} {
-		if _, err := cleanName(in); err == nil {
-			t.Errorf("cleanName(%q) accepted", in)
+		if _, err := CleanName(in); err == nil {
+			t.Errorf("CleanName(%q) accepted", in)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -225,18 +226,12 @@ func (b *builder) hashWrite(p []byte, off int64) {
 	b.hashed += int64(len(p))
 }
 
-// cleanName is image.Unpack's rule: NUL refused, leading "/" stripped, no
-// climbing above the root; "." is the root.
+// cleanName is image.Unpack's rule (image.CleanName), plus the bound on
+// a name component's length that an EROFS directory entry has.
 func cleanName(name string) (string, error) {
-	if strings.IndexByte(name, 0) >= 0 {
-		return "", errdefs.InvalidArgument("name contains a NUL byte")
-	}
-	c := path.Clean(strings.TrimLeft(name, "/"))
-	if c == ".." || strings.HasPrefix(c, "../") {
-		return "", errdefs.InvalidArgument("name escapes the layer root")
-	}
-	if c == "" {
-		c = "."
+	c, err := image.CleanName(name)
+	if err != nil {
+		return "", err
 	}
 	for _, part := range strings.Split(c, "/") {
 		if len(part) > maxNameLen {
