@@ -528,7 +528,7 @@ type state struct {
 	body    *trackedBody
 	resend  bool   // the entry can send the request again (headerReplay)
 	cached  bool   // routed by the owner cache (headerCached)
-	nonce   string // the cached route's: the owner's refusal must echo it
+	nonce   string // a resendable request's: the owner's refusal must echo it
 	err     error  // the proxy failed before any answer was written
 }
 
@@ -546,7 +546,7 @@ func (f *Forwarder) proxy(w http.ResponseWriter, r *http.Request, sandbox string
 		return Local, errdefs.Unavailable("node %q has a bad address %q in its entry", n.Name, n.Addr)
 	}
 	st := &state{base: base, node: n.Name, sandbox: sandbox, rt: rt, resend: resend, cached: cached}
-	if cached {
+	if resend || cached {
 		st.nonce = rand.Text()
 	}
 	in := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
@@ -622,7 +622,7 @@ func (f *Forwarder) rewrite(pr *httputil.ProxyRequest) {
 		h.Set(HeaderKey, "1")
 	}
 	if st.resend {
-		h.Set(headerReplay, "1")
+		h.Set(headerReplay, st.nonce)
 	}
 	if st.cached {
 		h.Set(headerCached, st.nonce)
@@ -648,8 +648,11 @@ func (f *Forwarder) modifyResponse(resp *http.Response) error {
 		}
 		resp.Header.Del(headerRerouted) // never shown to a client
 	}
-	if resp.Header.Get(headerMoving) != "" {
-		if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil && st.resend {
+	if v := resp.Header.Get(headerMoving); v != "" {
+		// As with headerRerouted: only the owner's refusal echoes the
+		// request's nonce, so an app cannot make the entry resend.
+		if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil && st.resend &&
+			subtle.ConstantTimeCompare([]byte(v), []byte(st.nonce)) == 1 {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			resp.Body.Close()
 			return errMoving

@@ -49,15 +49,18 @@ const (
 	headerRefused = "X-Berth-Forward-Refused"
 	// headerReplay says the entry node can send the request again to
 	// another node (it has no body, or the entry holds all of it): a
-	// draining owner may then refuse it with headerMoving.
+	// draining owner may then refuse it with headerMoving. Its value is
+	// a nonce of the request, which a refusal (headerMoving,
+	// headerRerouted) must echo to count.
 	headerReplay = "X-Berth-Forward-Replay"
 	// headerMoving marks an owner's refusal of a request for its own
-	// sleeping sandbox while it drains (response header): the entry moves
-	// the sandbox and sends the request there instead.
+	// sleeping sandbox while it drains (response header, the request's
+	// nonce): the entry moves the sandbox and sends the request there
+	// instead.
 	headerMoving = "X-Berth-Forward-Moving"
 	// headerCached says the entry routed the request by its owner cache,
 	// without reading the record (it also sends headerReplay: it holds
-	// the body); its value is a nonce of the request.
+	// the body); its value is the request's nonce, as headerReplay's.
 	headerCached = "X-Berth-Forward-Cached"
 	// headerRerouted marks an owner's refusal of such a request for a
 	// sandbox it does not own (response header, the request's nonce):
@@ -103,7 +106,7 @@ type Identity struct {
 	// reading the record; a node that does not own the sandbox refuses
 	// it marked (headerRerouted) and the entry routes it again.
 	Cached bool
-	// nonce is the cached route's (headerCached's value), which the
+	// nonce is a resendable request's (headerReplay's value), which a
 	// refusal echoes.
 	nonce string
 }
@@ -133,10 +136,11 @@ type movingKey struct{}
 // goes ahead here. Call it before anything of the answer is written.
 func RefuseMoving(ctx context.Context) bool {
 	h, ok := ctx.Value(movingKey{}).(http.Header)
-	if !ok {
+	id, _ := From(ctx)
+	if !ok || !id.Replayable {
 		return false
 	}
-	h.Set(headerMoving, "1")
+	h.Set(headerMoving, id.nonce)
 	return true
 }
 

@@ -301,3 +301,29 @@ func TestOwnerCacheAppCannotReroute(t *testing.T) {
 		t.Fatalf("after the move: %+v, app calls %d", s, calls.Load())
 	}
 }
+
+// The drain refusal counts only with the request's nonce, too: an app that
+// sets X-Berth-Forward-Moving on its answer to a resendable request is
+// served once and its header never reaches the client. The negative
+// control is TestDrainOwnerRefusesReplayable, whose owner refusal echoes
+// it (without the nonce check this test fails: the app is called again).
+func TestAppCannotFakeMoving(t *testing.T) {
+	c := newCluster(t, "n1", "n2")
+	var calls atomic.Int64
+	c.nodes["n2"].local = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("X-Berth-Forward-Moving", "1")
+		w.Write([]byte("app"))
+	})
+	c.own("a", "n2")
+	url := c.nodes["n1"].user.URL + "/sb/a"
+	for i := range 3 {
+		resp, b := do(t, "POST", url, "Authorization", "Bearer key-t")
+		if resp.StatusCode != 200 || string(b) != "app" || resp.Header.Get("X-Berth-Forward-Moving") != "" {
+			t.Fatalf("request %d: %d %q %v", i, resp.StatusCode, b, resp.Header)
+		}
+		if calls.Load() != int64(i+1) {
+			t.Fatalf("request %d: the app was called %d times, want %d", i, calls.Load(), i+1)
+		}
+	}
+}

@@ -91,9 +91,9 @@ func (rv *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		KeyVerified: r.Header.Get(HeaderKey) == "1",
 		Entry:       r.Header.Get(headerEntry),
 		Caller:      r.Header.Get(HeaderCaller),
-		Replayable:  r.Header.Get(headerReplay) == "1",
+		Replayable:  r.Header.Get(headerReplay) != "",
 		Cached:      r.Header.Get(headerCached) != "",
-		nonce:       r.Header.Get(headerCached),
+		nonce:       r.Header.Get(headerReplay),
 	}
 	ctx := withIdentity(r.Context(), id)
 	if id.Replayable || id.Cached {
