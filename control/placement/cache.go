@@ -19,6 +19,7 @@ const NodeCacheMaxAge = time.Second
 // Source is where NodeCache reads; store.Cluster has it.
 type Source interface {
 	Nodes(ctx context.Context) ([]store.Node, error)
+	GetNode(ctx context.Context, name string) (store.Node, error)
 	Now(ctx context.Context) (time.Time, error)
 }
 
@@ -179,6 +180,29 @@ func (c *NodeCache) Placed(node string, res store.NodeResources) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pending = append(c.pending, placed{node: node, res: res, at: c.nowLocked()})
+}
+
+// Fresh reads one node's entry from the store and puts it in the cached
+// list, so that what changed on it since the list was read (a drain above
+// all, which the operator expects to hold at once) shows in the next view.
+// The Placer calls it for the node it picked: one row, where a refresh
+// reads every node's. An entry that is gone is not found, and the next
+// Nodes reads the whole list again.
+func (c *NodeCache) Fresh(ctx context.Context, name string) (store.Node, error) {
+	n, err := c.src.GetNode(ctx, name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case errdefs.IsKind(err, errdefs.ErrNotFound):
+		c.nodes = nil
+		return store.Node{}, err
+	case err != nil:
+		return store.Node{}, errdefs.Unavailable("placement: read node %q: %w", name, err)
+	}
+	if i, ok := c.byName[name]; ok && c.nodes != nil {
+		c.nodes[i] = n // views copy the slice, so no earlier view sees this
+	}
+	return n, nil
 }
 
 // Invalidate makes the next Nodes read the store (after a node refused a

@@ -42,6 +42,17 @@ func (s *listSource) Nodes(ctx context.Context) ([]store.Node, error) {
 	return append([]store.Node(nil), s.nodes...), nil
 }
 
+func (s *listSource) GetNode(_ context.Context, name string) (store.Node, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return store.Node{}, errdefs.NotFound("node %q", name)
+}
+
 func (s *listSource) Now(context.Context) (time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

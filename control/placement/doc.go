@@ -61,4 +61,7 @@
 // them, so a burst from one process spreads before the nodes catch up, and
 // 1,000 entries (hundreds of milliseconds to read and decode) are not read
 // for every decision.
+// The Placer confirms each pick against that node's own entry, read fresh
+// (NodeCache.Fresh: one row), so a drain holds from the moment it is
+// stored, not from the next refresh.
 package placement

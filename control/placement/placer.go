@@ -62,17 +62,42 @@ func (p *Placer) Place(ctx context.Context, req api.CreateSandboxRequest) (strin
 	if err != nil {
 		return "", err
 	}
-	nodes, now, err := p.c.Nodes.Nodes(ctx)
-	if err != nil {
-		return "", errdefs.Wrap(errdefs.ErrUnavailable, err, "place sandbox %q: read the node list: %v", req.Name, err)
+	// The pick is confirmed against its node's own entry, read fresh: the
+	// cached list may predate a drain by up to 3 s. A pick that is
+	// draining (or gone) is marked so in the cache and the create placed
+	// again, a few times at most.
+	for try := 1; ; try++ {
+		nodes, now, err := p.c.Nodes.Nodes(ctx)
+		if err != nil {
+			return "", errdefs.Wrap(errdefs.ErrUnavailable, err, "place sandbox %q: read the node list: %v", req.Name, err)
+		}
+		d, err := Place(nodes, now, r, p.c.Options)
+		if err != nil {
+			return "", fmt.Errorf("place sandbox %q: %w", req.Name, err) // Place's kind
+		}
+		n, err := p.c.Nodes.Fresh(ctx, d.Node.Name)
+		if try == maxPicks && (err == nil && n.Draining || errdefs.IsKind(err, errdefs.ErrNotFound)) {
+			return "", errdefs.Unavailable("place sandbox %q: %d picks in a row were draining or left the cluster as they were chosen; retry", req.Name, try)
+		}
+		switch {
+		case errdefs.IsKind(err, errdefs.ErrNotFound):
+			p.c.Logf("place sandbox %s: node %s left the cluster; placing again", req.Name, d.Node.Name)
+			continue
+		case err != nil:
+			return "", fmt.Errorf("place sandbox %q: %w", req.Name, err)
+		case n.Draining:
+			p.c.Logf("place sandbox %s: node %s is draining since the node list was read; placing again", req.Name, d.Node.Name)
+			continue
+		}
+		p.c.Nodes.Placed(d.Node.Name, r.Resources)
+		return d.Node.Name, nil
 	}
-	d, err := Place(nodes, now, r, p.c.Options)
-	if err != nil {
-		return "", fmt.Errorf("place sandbox %q: %w", req.Name, err) // Place's kind
-	}
-	p.c.Nodes.Placed(d.Node.Name, r.Resources)
-	return d.Node.Name, nil
 }
+
+// maxPicks bounds how many picks one Place confirms: each refused pick
+// is out of the next one's list, so only nodes draining one after another
+// as they are picked reach it.
+const maxPicks = 5
 
 // request is Place's input for req.
 func (p *Placer) request(ctx context.Context, req api.CreateSandboxRequest) (Request, error) {
