@@ -9,7 +9,7 @@
 //	BERTH_BIN=$PWD/bin go test -count=1 -tags adversarial -v ./test/adversarial/
 //
 // BERTH_IT_ID (a digit) gives the suite its own bridge (berthadv<ID>),
-// subnet (10.22<ID>.0.0/16), run dir and data dir; BERTH_ADV_DATA
+// subnet (10.22<ID>.0.0/16; 10.220 without an id), run dir and data dir; BERTH_ADV_DATA
 // overrides the data dir (CI points it at the integration suite's, whose
 // base image is then reused).
 package adversarial

@@ -35,7 +35,7 @@ func advDigit() string {
 	if len(advID) == 1 && advID[0] >= '1' && advID[0] <= '9' {
 		return advID
 	}
-	return "1"
+	return "0"
 }
 
 var (

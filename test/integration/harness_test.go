@@ -26,7 +26,11 @@ import (
 
 // The test daemon uses its own bridge, subnet, run dir and data dir, so it
 // never touches a berth that runs on the same machine. BERTH_IT_ID (a digit)
-// gives a second checkout its own set, so two suites can run side by side.
+// gives a second checkout its own set, so two suites can run side by side;
+// its subnet is 10.21<ID>.0.0/16, 10.210 without an id. Each suite has its
+// own prefix (adversarial 10.22x, compat 10.27x, this suite's egress world 10.26x;
+// the cluster hub is 10.24x, network unit tests use 10.231) and no id shares a digit
+// with the default, so a run with any id 1-9 never meets CI's.
 var (
 	itID     = os.Getenv("BERTH_IT_ID")
 	itBridge = "berthit0" + itID
@@ -38,7 +42,7 @@ func itIDDigit() string {
 	if len(itID) == 1 && itID[0] >= '1' && itID[0] <= '9' {
 		return itID
 	}
-	return "1"
+	return "0"
 }
 
 var (
