@@ -229,9 +229,10 @@ func (m *Manager) checkpoint(ctx context.Context, a *actor, now time.Time) {
 	m.journal(ctx, a.name, "checkpoint", fmt.Sprintf("%s in %s", a.rec.PersistSnapshot, time.Since(t0).Round(time.Millisecond)))
 }
 
-// forkPrime makes Fork build its layer while capturing it (LayerPrimer).
-// Off: on this 2-core host the image builder's writes slowed the capture
-// more than they saved (berth bench --snapshots, fork10 1.6-1.9x the
-// snapshot's time primed against 1.1-1.2x unprimed, interleaved runs); a
-// host with cores to spare may gain from it.
-var forkPrime = false
+// forkPrime makes Fork prime its layer (LayerPrimer), so the forks need
+// no fetch of it. The daemon's primer keeps the frozen copy the capture
+// read as the layer (daemon.layers.CapturePrimed), which costs the
+// capture nothing; the earlier primer, an image builder fed the capture's
+// tar, slowed it (fork10 1.6-1.9x the snapshot's time primed against
+// 1.1-1.2x unprimed, interleaved berth bench --snapshots runs, 2 cores).
+var forkPrime = true
