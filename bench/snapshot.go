@@ -109,7 +109,7 @@ func snapshotScenario(ctx context.Context, c *client.Client, o Options, run stri
 		if err == nil {
 			upper := filepath.Join(o.DataDir, "uppers", sb.ID, "upper")
 			t0 = time.Now()
-			cmd := exec.CommandContext(ctx, "sh", "-c", "tar -C \"$1\" -cf - . | zstd -q -1 -T2 > /dev/null", "sh", upper)
+			cmd := exec.CommandContext(ctx, "sh", "-c", "tar -C \"$1\" -cf - . | zstd -q -1 -T0 > /dev/null", "sh", upper)
 			if err := cmd.Run(); err == nil {
 				v := ms(time.Since(t0))
 				rep.TarZstd = &v

@@ -70,11 +70,9 @@ func (l layers) CapturePrimed(ctx context.Context, upper string, w io.Writer) (l
 		if l.rfs == nil {
 			return nil
 		}
-		sub, err := l.rfs.LayerFromUpperSnapshot(upper, snapshot.CleanLayer)
-		if err != nil {
-			return err
-		}
-		err = l.cache.Adopt(id, sum, sub, "upper")
+		err := l.cache.Adopt(id, sum, "upper", func(dst string) error {
+			return l.rfs.LayerFromUpperSnapshot(upper, snapshot.CleanLayer, dst)
+		})
 		if errors.Is(err, snapshot.ErrCached) {
 			return nil // the copy stays where it was; its release deletes it
 		}

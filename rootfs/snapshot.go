@@ -189,36 +189,47 @@ const (
 )
 
 // LayerFromUpperSnapshot turns a snapshot that SnapshotUpper returned (its
-// upper/ path) into a read-only layer that outlives the release: the
-// subvolume is made writable just long enough for clean to bring upper/
-// into the form a restore from the snapshot's blob gives (the caller's
-// rules), its work/ is emptied, and it is made read-only again. It returns
-// the subvolume's path; the layer is its upper/. The caller moves the
-// subvolume away (a rename within the uppers filesystem) and deletes it
-// with DestroyLayer; until then, release still deletes it.
-func (m *Manager) LayerFromUpperSnapshot(upper string, clean func(dir string) error) (string, error) {
+// upper/ path) into a read-only layer at dst that outlives the release:
+// the subvolume is made writable just long enough for clean to bring
+// upper/ into the form a restore from the snapshot's blob gives (the
+// caller's rules), for its work/ to be removed and for it to be renamed to
+// dst (a path on the uppers filesystem; btrfs cannot rename a read-only
+// subvolume), and is made read-only again there. The layer is dst/upper;
+// delete it with DestroyLayer. If it fails before the rename, the
+// snapshot stays where it was and release deletes it; after, it is at dst.
+func (m *Manager) LayerFromUpperSnapshot(upper string, clean func(dir string) error, dst string) error {
 	sub := filepath.Dir(filepath.Clean(upper))
 	if filepath.Base(upper) != "upper" || filepath.Dir(sub) != m.uppers || !strings.HasPrefix(filepath.Base(sub), upperSnapPrefix) {
-		return "", errdefs.InvalidArgument("rootfs: %s is not an upper snapshot", upper)
+		return errdefs.InvalidArgument("rootfs: %s is not an upper snapshot", upper)
+	}
+	dst = filepath.Clean(dst)
+	if !hasPathPrefix(dst, m.uppers) {
+		return errdefs.InvalidArgument("rootfs: %s is outside the uppers filesystem", dst)
 	}
 	if _, err := subvolID(sub); err != nil {
-		return "", fmt.Errorf("rootfs: %w", err)
+		return fmt.Errorf("rootfs: %w", err)
 	}
 	if err := setReadOnly(sub, false); err != nil {
-		return "", err
+		return err
 	}
+	at := sub
 	err := clean(upper)
 	if err == nil {
 		// overlay's work dir is never part of a layer.
 		err = os.RemoveAll(filepath.Join(sub, "work"))
 	}
-	if rerr := setReadOnly(sub, true); err == nil {
+	if err == nil {
+		if err = os.Rename(sub, dst); err == nil {
+			at = dst
+		}
+	}
+	if rerr := setReadOnly(at, true); err == nil {
 		err = rerr
 	}
 	if err != nil {
-		return "", fmt.Errorf("rootfs: layer from %s: %w", upper, err)
+		return fmt.Errorf("rootfs: layer from %s: %w", upper, err)
 	}
-	return sub, nil
+	return nil
 }
 
 // DestroyLayer deletes a subvolume that LayerFromUpperSnapshot made, where

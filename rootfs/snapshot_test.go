@@ -145,25 +145,24 @@ func TestLayerFromUpperSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.LayerFromUpperSnapshot(filepath.Join(m.uppers, "layerme", "upper"), func(string) error { return nil }); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	moved := filepath.Join(m.uppers, "cache-slot")
+	if err := m.LayerFromUpperSnapshot(filepath.Join(m.uppers, "layerme", "upper"), func(string) error { return nil }, moved); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("a live upper was accepted: %v", err)
 	}
-	sub, err := m.LayerFromUpperSnapshot(dir, func(d string) error { return os.Remove(filepath.Join(d, "ws/drop")) })
-	if err != nil {
+	if err := m.LayerFromUpperSnapshot(dir, func(string) error { return nil }, "/tmp/elsewhere"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a destination off the uppers filesystem was accepted: %v", err)
+	}
+	if err := m.LayerFromUpperSnapshot(dir, func(d string) error { return os.Remove(filepath.Join(d, "ws/drop")) }, moved); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, "ws/drop")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(moved, "upper/ws/drop")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("clean did not run: %v", err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(sub, "work")); len(ents) != 0 {
-		t.Fatalf("work dir kept: %v", ents)
+	if _, err := os.Lstat(filepath.Join(moved, "work")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("work dir kept: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err == nil {
+	if err := os.WriteFile(filepath.Join(moved, "upper/x"), nil, 0o644); err == nil {
 		t.Fatal("layer is writable")
-	}
-	moved := filepath.Join(m.uppers, "cache-slot")
-	if err := os.Rename(sub, moved); err != nil {
-		t.Fatal(err)
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)

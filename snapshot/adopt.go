@@ -107,14 +107,15 @@ func (c *Cache) SetDestroyer(destroy func(path string) error) { c.destroy = dest
 // keeps (and disposes of) its tree.
 var ErrCached = errors.New("snapshot: layer already cached")
 
-// Adopt makes the tree at root the cached layer of snapshot id, whose blob
-// has digest sum; the layer's content is root/sub. root is renamed into
-// the cache (it must be on the cache's filesystem) and deleted with the
-// destroy hook when the layer is removed. It is the caller's word that the
-// tree is exactly that blob's content: both come from one capture, and
-// CleanLayer ran on it. A restore of the layer on this host then costs no
-// fetch, decode or image write.
-func (c *Cache) Adopt(id, sum, root, sub string) error {
+// Adopt makes a tree the cached layer of snapshot id, whose blob has
+// digest sum: place moves the tree to the path it is given (in the cache
+// dir, on the cache's filesystem), and the layer's content is its
+// subdirectory sub. The tree is deleted with the destroy hook when the
+// layer is removed. It is the caller's word that the tree is exactly that
+// blob's content: both come from one capture, and CleanLayer ran on it. A
+// restore of the layer on this host then costs no fetch, decode or image
+// write.
+func (c *Cache) Adopt(id, sum, sub string, place func(dst string) error) error {
 	if c.destroy == nil {
 		return errdefs.FailedPrecondition("snapshot cache: adopting layers is not set up")
 	}
@@ -146,14 +147,14 @@ func (c *Cache) Adopt(id, sum, root, sub string) error {
 		return err
 	}
 	p := filepath.Join(c.dir, slot)
-	// The mark first: a crash after the rename leaves a tree that drop
+	// The mark first: a crash after the move leaves a tree that drop
 	// knows to delete with the hook.
 	if err := writeFileSync(p+subvolSuffix, sub); err != nil {
 		return err
 	}
-	if err := os.Rename(root, p); err != nil {
-		os.Remove(p + subvolSuffix)
-		return fmt.Errorf("snapshot cache: adopt %s: %w", root, err)
+	if err := place(p); err != nil {
+		c.drop(slot)
+		return fmt.Errorf("snapshot cache: adopt layer of %s: %w", id, err)
 	}
 	if err := writeFileSync(p+".sha256", sum); err != nil {
 		c.drop(slot)

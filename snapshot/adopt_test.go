@@ -74,7 +74,7 @@ func TestAdoptedLayerEqualsBuiltLayer(t *testing.T) {
 	var destroyed []string
 	c.SetDestroyer(func(p string) error { destroyed = append(destroyed, p); return os.RemoveAll(p) })
 	root := filepath.Dir(u)
-	must(t, c.Adopt("snap_a", sum, root, "upper"))
+	must(t, c.Adopt("snap_a", sum, "upper", func(dst string) error { return os.Rename(root, dst) }))
 	if _, err := os.Lstat(root); !os.IsNotExist(err) {
 		t.Fatalf("the adopted tree is still at %s: %v", root, err)
 	}
@@ -94,7 +94,7 @@ func TestAdoptedLayerEqualsBuiltLayer(t *testing.T) {
 		t.Fatal("CleanLayer changed a directory's mtime")
 	}
 	// A second adoption of the same content keeps the first.
-	if err := c.Adopt("snap_a2", sum, t.TempDir(), "upper"); err != ErrCached {
+	if err := c.Adopt("snap_a2", sum, "upper", func(string) error { t.Fatal("placed twice"); return nil }); err != ErrCached {
 		t.Fatalf("second adopt: %v", err)
 	}
 	must(t, c.Remove("snap_a"))
@@ -105,9 +105,16 @@ func TestAdoptedLayerEqualsBuiltLayer(t *testing.T) {
 	if len(destroyed) != 1 || len(dirEntries(t, dir)) != 1 {
 		t.Fatalf("after Remove: destroyed %v, cache dir %v", destroyed, dirEntries(t, dir))
 	}
+	// A placement that fails leaves nothing in the cache.
+	if err := c.Adopt("snap_f", sum, "upper", func(string) error { return os.ErrPermission }); err == nil {
+		t.Fatal("a failed placement was reported as adopted")
+	}
+	if len(dirEntries(t, dir)) != 1 {
+		t.Fatalf("a failed adopt left %v", dirEntries(t, dir))
+	}
 	// Without a destroyer, adopting is refused.
 	c2, _ := newCache(t, Limits{})
-	if err := c2.Adopt("snap_c", sum, t.TempDir(), "upper"); err == nil {
+	if err := c2.Adopt("snap_c", sum, "upper", func(string) error { return nil }); err == nil {
 		t.Fatal("adopt without a destroyer succeeded")
 	}
 }

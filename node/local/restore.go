@@ -127,10 +127,12 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 	}
 	// With forkPrime the layer is built on this host while it is captured,
 	// so the forks need no fetch of it.
+	t0 := time.Now()
 	sn, err := m.snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source}, forkPrime)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
+	tSnap := time.Since(t0)
 	// Make the shared layer ready once before the forks race for it.
 	if _, err := m.chainDirs(ctx, []store.Layer{{ID: sn.ID, SHA256: sn.SHA256}}); err != nil {
 		return api.ForkResult{}, err
@@ -172,6 +174,7 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 		}
 	}
 	m.journal(ctx, source, "fork", fmt.Sprintf("%d from %s", req.Count, sn.ID))
+	m.cfg.Logf("fork %s: %d from %s: snapshot %s, forks %s", source, req.Count, sn.ID, tSnap.Round(time.Millisecond), (time.Since(t0) - tSnap).Round(time.Millisecond))
 	return res, nil
 }
 
