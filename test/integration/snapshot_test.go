@@ -151,6 +151,21 @@ func TestSnapshotRestoreChainAndFork(t *testing.T) {
 	}
 }
 
+// dropAdopted makes the host that took a snapshot forget its layer of it
+// (the adopted frozen copy, which restores there use instead of the
+// blob), as a host that did not take it has none: the next restore goes
+// through the blob. It fails the test if the layer was not adopted.
+func dropAdopted(t *testing.T, sum string) {
+	t.Helper()
+	slot := filepath.Join(dataDir, "uppers", ".layers@cache", strings.TrimPrefix(sum, "sha256:")[:12])
+	if _, err := os.Stat(slot + ".subvol"); err != nil {
+		t.Fatalf("the snapshot's layer was not adopted on the host that took it: %v", err)
+	}
+	if err := os.Remove(slot + ".sha256"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRestoreFromBlobEqualsAdopted (issue 15 item 4): a restore on the
 // host that took the snapshot (its adopted frozen copy) and one that
 // builds the layer from the blob, as any other host does (a verified
@@ -169,9 +184,6 @@ func TestRestoreFromBlobEqualsAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := filepath.Join(dataDir, "uppers", ".layers@cache", strings.TrimPrefix(sn.SHA256, "sha256:")[:12])
-	if _, err := os.Stat(slot + ".subvol"); err != nil {
-		t.Fatalf("layer not adopted: %v", err)
-	}
 	check := func(name string) {
 		t.Helper()
 		if got := treeSum(t, name, "/home/user/proj"); got != want {
@@ -190,9 +202,7 @@ func TestRestoreFromBlobEqualsAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As on a host that did not take it: the layer comes from the blob.
-	if err := os.Remove(slot + ".sha256"); err != nil {
-		t.Fatal(err)
-	}
+	dropAdopted(t, sn.SHA256)
 	sandbox(t, api.CreateSandboxRequest{Name: "it-adopt-b", Snapshot: sn.ID})
 	if _, err := os.Stat(slot + ".erofs"); err != nil {
 		if _, serr := os.Stat(slot + ".subvol"); serr == nil {
@@ -335,17 +345,8 @@ func TestSnapshotFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// On the host that took it, the snapshot's layer is its adopted
-	// frozen copy, and restores here never read the blob. Drop that layer
-	// (its completeness marker), as a host that did not take the snapshot
-	// has none, so the restores below go through the blob.
-	slot := filepath.Join(dataDir, "uppers", ".layers@cache", strings.TrimPrefix(sn.SHA256, "sha256:")[:12])
-	if _, err := os.Stat(slot + ".subvol"); err != nil {
-		t.Fatalf("the snapshot's layer was not adopted on the host that took it: %v", err)
-	}
-	if err := os.Remove(slot + ".sha256"); err != nil {
-		t.Fatal(err)
-	}
+	// Restores below go through the blob, as on a host that did not take it.
+	dropAdopted(t, sn.SHA256)
 	blobPath := filepath.Join(dataDir, "blobs", "blobs", "snapshots", sn.ID+".tar.zst.blob~")
 	data, err := os.ReadFile(blobPath)
 	if err != nil {
