@@ -100,8 +100,22 @@ const subvolSuffix = ".subvol"
 
 // SetDestroyer lets the cache hold adopted layers (Adopt): destroy deletes
 // such a layer's tree (a read-only btrfs subvolume, which os.RemoveAll
-// cannot delete). Without it, Adopt is refused.
-func (c *Cache) SetDestroyer(destroy func(path string) error) { c.destroy = destroy }
+// cannot delete). Without it, Adopt is refused. Call it once, right after
+// opening the cache: it also deletes adopted trees that a crash left
+// without their completeness marker.
+func (c *Cache) SetDestroyer(destroy func(path string) error) {
+	c.destroy = destroy
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		slot, ok := strings.CutSuffix(e.Name(), subvolSuffix)
+		if ok && !strings.HasPrefix(slot, ".") && readSum(filepath.Join(c.dir, slot+".sha256")) == "" {
+			c.drop(slot)
+		}
+	}
+}
 
 // ErrCached reports that Adopt found the layer cached already: the caller
 // keeps (and disposes of) its tree.

@@ -112,6 +112,17 @@ func TestAdoptedLayerEqualsBuiltLayer(t *testing.T) {
 	if len(dirEntries(t, dir)) != 1 {
 		t.Fatalf("a failed adopt left %v", dirEntries(t, dir))
 	}
+	// A tree a crash left without its completeness marker goes when the
+	// next daemon sets the destroyer; a complete one stays.
+	must(t, os.Mkdir(filepath.Join(dir, "0123456789ab"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "0123456789ab"+subvolSuffix), []byte("upper\n"), 0o600))
+	must(t, c.Adopt("snap_k", sum, "upper", func(dst string) error { return os.Mkdir(dst, 0o755) }))
+	destroyed = nil
+	c.SetDestroyer(func(p string) error { destroyed = append(destroyed, p); return os.RemoveAll(p) })
+	if len(destroyed) != 1 || filepath.Base(destroyed[0]) != "0123456789ab" {
+		t.Fatalf("crash leftovers: destroyed %v", destroyed)
+	}
+	must(t, c.Remove("snap_k"))
 	// Without a destroyer, adopting is refused.
 	c2, _ := newCache(t, Limits{})
 	if err := c2.Adopt("snap_c", sum, "upper", func(string) error { return nil }); err == nil {
