@@ -129,12 +129,15 @@ func (t *taskRun) dockerSample(ctx context.Context, name string, start func() er
 		return s, fmt.Errorf("docker deps in %s (want %s): %q %v", name, t.w.PyValue, out, err)
 	}
 	s.Deps = ms(time.Since(t0))
+	tb := time.Now()
 	if _, err := dockerCmd(ctx, nil, "exec", "-d", "-w", taskAppDir, "-e", "PORT="+strconv.Itoa(port), name, "node", "server.js"); err != nil {
 		return s, err
 	}
 	if err := t.getApp(ctx, fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
 		return s, fmt.Errorf("docker dev server of %s: %w", name, err)
 	}
+	// No wait-port here: the first answer is the end of the boot.
+	s.Boot = ms(time.Since(tb))
 	s.App = ms(time.Since(t0))
 	return s, nil
 }
