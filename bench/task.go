@@ -495,7 +495,7 @@ func printTask(out io.Writer, r *TaskReport) {
 		}
 		return fmt.Sprintf("%.2f×", *v)
 	}
-	rows := func(list []TaskScenario) {
+	rows := func(list []TaskScenario, first string) {
 		for _, s := range list {
 			n := 0
 			if s.App != nil {
@@ -507,12 +507,12 @@ func printTask(out io.Writer, r *TaskReport) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Label, f(s.Shell), f(s.Deps), f(s.App), f(s.Boot), n, x(s.AppVsZero), x(s.AppVsDocker), target)
 			if s.First != nil {
-				fmt.Fprintf(tw, "  first restore on this host\t%.0f\t%.0f\t%.0f\t%.0f\t1\t\t\t\n", s.First.Shell, s.First.Deps, s.First.App, s.First.Boot)
+				fmt.Fprintf(tw, "  %s\t%.0f\t%.0f\t%.0f\t%.0f\t1\t\t\t\n", first, s.First.Shell, s.First.Deps, s.First.App, s.First.Boot)
 			}
 		}
 	}
-	rows(r.Scenarios)
-	rows(r.Docker)
+	rows(r.Scenarios, "first restore on this host")
+	rows(r.Docker, "first run of the commit")
 	tw.Flush()
 	if p := r.PoolSaves; p != nil {
 		fmt.Fprintf(out, "\nthe pool saves (p50 from zero − p50 from the pool): shell %.0f ms, deps %.0f ms, app ready %.0f ms\n", p.Shell, p.Deps, p.App)
