@@ -167,9 +167,8 @@ const (
 )
 
 // unpackScript unpacks the uploaded tarball into the app dir and makes
-// the venv, then runs the deps check. (rm -r, not rmdir: berth's seccomp
-// allowlist has unlinkat but not rmdir(2), so coreutils' rmdir fails
-// with ENOSYS in a sandbox.)
+// the venv, then runs the deps check. (rm -r, not rmdir: builds before
+// seccomp allowed rmdir(2) fail coreutils' rmdir with ENOSYS.)
 func unpackScript(w *Workspace) string {
 	return fmt.Sprintf(`set -e
 mkdir -p %[1]s
