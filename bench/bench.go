@@ -28,6 +28,13 @@ type Options struct {
 	// PoolInstance adds the warm-pool scenario (pool.go): the daemon keeps
 	// a pool of Image with this instance type ("": skip).
 	PoolInstance string
+	// Task runs the task benchmark instead (task.go, RunTask): app-ready
+	// of a generated Node + Python workspace from zero, a snapshot, a wake
+	// and the pool; Workspace sizes it (zero: DefaultWorkspace).
+	Task      bool
+	Workspace WorkspaceSpec
+	// NoDocker skips the Docker baseline of the task benchmark.
+	NoDocker bool
 	// DataDir and Runtime let the baseline build a raw runc bundle from the
 	// same image layers the server uses. Empty Runtime skips the baseline.
 	DataDir string
