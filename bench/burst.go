@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,11 @@ type BurstReport struct {
 	// the same instant.
 	TTI    *Stat   `json:"tti_ms"`
 	WallMs float64 `json:"wall_ms"` // until the last one answered
+	// CPU is the CPU time per sandbox of the burst (create and first
+	// node -v), and CPUs the host's: N × CPU / CPUs is the wall time the
+	// burst cannot beat.
+	CPU  *CPUPer `json:"cpu_ms,omitempty"`
+	CPUs int     `json:"cpus"`
 	// AgentRSSKiB is the resident memory of each sandbox's agent (its
 	// PID 1), read from inside the sandbox while all N run idle, and
 	// AgentPrivateKiB the part of it that is its own (RssAnon): the rest
@@ -60,6 +66,7 @@ func burstScenario(ctx context.Context, c *client.Client, o Options, run string,
 	var mu sync.Mutex
 	var tti []time.Duration
 	okNames := make([]string, 0, n)
+	cpu0, cpuOK := readCPU(o.DaemonPid, o.SandboxCgroup)
 	t0 := time.Now()
 	forEach(names, n, func(name string) {
 		start := time.Now()
@@ -86,6 +93,10 @@ func burstScenario(ctx context.Context, c *client.Client, o Options, run string,
 	rep.WallMs = round(float64(time.Since(t0).Microseconds()) / 1000)
 	rep.OK = len(okNames)
 	rep.TTI = summarize(tti)
+	rep.CPUs = runtime.NumCPU()
+	if cpu1, ok := readCPU(o.DaemonPid, o.SandboxCgroup); ok && cpuOK {
+		rep.CPU = cpuPer(cpu0, cpu1, n)
+	}
 
 	// Footprint while all of them run idle.
 	logf("burst: measuring %d idle sandboxes", len(okNames))
