@@ -437,6 +437,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			return api.Sandbox{}, false, err
 		}
 		defer release()
+		m.bindReserved(a)
 		if err := m.save(ctx, a); err != nil {
 			m.drop(a)
 			return api.Sandbox{}, false, err
