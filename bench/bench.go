@@ -32,6 +32,13 @@ type Options struct {
 	// PoolBurst is the warm-pool scenario's burst (0: Burst); past the
 	// pool's size it measures admission control (per-status counts).
 	PoolBurst int
+	// Task runs the task benchmark instead (task.go, RunTask): app-ready
+	// of a generated Node + Python workspace from zero, a snapshot, a wake
+	// and the pool; Workspace sizes it (zero: DefaultWorkspace).
+	Task      bool
+	Workspace WorkspaceSpec
+	// NoDocker skips the Docker baseline of the task benchmark.
+	NoDocker bool
 	// DataDir and Runtime let the baseline build a raw runc bundle from the
 	// same image layers the server uses. Empty Runtime skips the baseline.
 	DataDir string

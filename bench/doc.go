@@ -2,4 +2,6 @@
 // exec round trip and wake latency through the public API, and runs the
 // same work with raw `runc run` (and `docker` where an engine answers) in
 // the same process, so every figure stands beside a baseline as a ratio.
+// RunTask (--task) measures app-ready of a generated Node + Python
+// workspace instead: shell, deps and dev server through its preview URL.
 package bench

@@ -51,7 +51,7 @@ var allowedSyscalls = []string{
 	"process_vm_readv", "process_vm_writev", "pselect6", "ptrace", "pwrite64",
 	"pwritev", "pwritev2", "read", "readahead", "readlink", "readlinkat", "readv",
 	"recvfrom", "recvmmsg", "recvmsg", "remap_file_pages", "removexattr",
-	"removexattrat", "rename", "renameat", "renameat2", "restart_syscall", "rseq",
+	"removexattrat", "rename", "renameat", "renameat2", "restart_syscall", "rmdir", "rseq",
 	"rt_sigaction", "rt_sigpending", "rt_sigprocmask", "rt_sigqueueinfo",
 	"rt_sigreturn", "rt_sigsuspend", "rt_sigtimedwait", "rt_tgsigqueueinfo",
 	"sched_get_priority_max", "sched_get_priority_min", "sched_getaffinity",

@@ -16,8 +16,9 @@
 #      test/compat/package-lock.json) against `berth serve`,
 #   4. a short run of each fuzz target (30 s each),
 #   5. the adversarial suite (test/adversarial: escapes and DoS with
-#      negative controls) against its own `berth serve`, and its subset
-#      with gVisor.
+#      negative controls) against its own `berth serve`, its subset
+#      with gVisor, and its posture and isolation probes on claimed
+#      warm-pool members.
 # Everything that starts a daemon uses bin/berth built with the berthtest tag
 # (test switches and failpoints); scripts/up.sh builds without it.
 set -euo pipefail
@@ -64,3 +65,8 @@ BERTH_BIN="$PWD/bin" BERTH_ADV_DATA=/var/tmp/berth-it go test -count=1 -tags adv
 echo "==> adversarial suite under gVisor (the subset whose invariants hold there)"
 BERTH_ADV_ISOLATION=gvisor BERTH_BIN="$PWD/bin" BERTH_ADV_DATA=/var/tmp/berth-it go test -count=1 -tags adversarial -timeout 15m -v \
   -run 'TestCwdProcSelfFd|TestFilesAPIPaths|TestEgressPrivateRanges|TestControlPlaneUnreachable|TestPlantedBinariesNeverRunOnHost' ./test/adversarial/
+echo "==> adversarial posture and isolation probes on claimed warm-pool members"
+# The daemon keeps a pool (BERTH_ADV_POOL), so these probes run in claimed
+# members; the run fails if none of its sandboxes was one.
+BERTH_ADV_POOL=3 BERTH_BIN="$PWD/bin" BERTH_ADV_DATA=/var/tmp/berth-it go test -count=1 -tags adversarial -timeout 15m -v \
+  -run 'TestPosture|TestKernelPaths|TestBlockedSyscalls|TestRawSockets|TestCgroupEscape|TestDevices|TestSetuid|TestExecAsUserHasNoCaps|TestEgressPrivateRanges|TestSandboxToSandbox|TestControlPlaneUnreachable' ./test/adversarial/

@@ -17,6 +17,7 @@ import (
 var (
 	runBench        = bench.Run
 	runClusterBench = bench.RunCluster
+	runTaskBench    = bench.RunTask
 )
 
 func (a *app) benchCmd() *cobra.Command {
@@ -56,11 +57,53 @@ single-host exec, cross-node TTI over single-host TTI, creates/s on one
 host.
 
   berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120,http://127.0.0.1:7130 --n 30
-  berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120 --single http://127.0.0.1:7070 --n 30`,
+  berth bench --cluster http://127.0.0.1:7110,http://127.0.0.1:7120 --single http://127.0.0.1:7070 --n 30
+
+With --task it measures instead what a user waits for: "my app is
+ready". It generates, offline and always the same for the same sizes, a
+Node project with a few thousand files in node_modules (--node-packages
+× --files-per-package) and a dev server (server.js, an http server that
+requires the packages), plus Python packages for a venv
+(--py-packages), all in one tar.gz that it uploads (no network). Each
+sample is timed from its request to three points, reported separately:
+
+  shell  an exec of 'echo' through /bin/sh answered
+  deps   every file of node_modules and of the venv's site-packages is
+         there and the venv's python imports all its packages (from zero
+         and from the pool: upload the tarball, unpack it, python3 -m venv)
+  app    GET through the dev server's preview URL (berth's preview proxy)
+         answered 200 with the body only a complete node_modules computes
+
+in four scenarios, --n samples each (default 5):
+
+  from zero        create, upload + unpack the deps, start the server
+  from a snapshot  create from a snapshot of a ready workspace (the first
+                   sample is also shown alone: the first restore on this
+                   host), start the server
+  wake after sleep sleep the ready workspace (untimed); the first exec
+                   wakes it; start the server again
+  from the pool    a create that claims a warm pool member, then as from
+                   zero (pools hold images, not snapshots: the report says
+                   what the pool saves). Needs a pool whose instance type
+                   differs from --instance (--pool TYPE; found by itself
+                   when the daemon keeps exactly one pool of the image)
+
+The target: from the pool and from a snapshot, app ready ≤ 1/5 of from
+zero. When a Docker engine answers, the same steps run with docker run,
+docker commit + run and docker stop + start of an image imported from
+berth's base layer (needs root and the data dir), and each berth scenario
+is reported as a ratio to Docker's.
+
+  berth bench --task
+  berth bench --task --n 10 --json > task.json
+  berth bench --task --instance standard-2 --pool standard-3   # with berth serve --pool debian-trixie=4,instance=standard-3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
 			if len(members) > 0 {
+				if o.Task {
+					return fmt.Errorf("--task measures one host; it does not take --cluster")
+				}
 				if len(members) < 2 {
 					return fmt.Errorf("--cluster needs the API URLs of at least two members, got %d", len(members))
 				}
@@ -85,6 +128,9 @@ host.
 			if single != "" {
 				return fmt.Errorf("--single is the single-host baseline of a --cluster run")
 			}
+			if o.Task && (o.Snapshots || o.Burst > 0) {
+				return fmt.Errorf("--task is a benchmark of its own: it does not take --snapshots or --burst")
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -94,6 +140,12 @@ host.
 				o.Runtime = besideOrPath("runc")
 			}
 			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
+			if o.Task {
+				if !cmd.Flags().Changed("n") {
+					o.N = 5
+				}
+				return runTaskBench(cmd.Context(), c, o, a.stdout)
+			}
 			return runBench(cmd.Context(), c, o, a.stdout)
 		},
 	}
@@ -109,6 +161,11 @@ host.
 	f.StringVar(&o.Isolation, "isolation", "", "isolation of the measured sandboxes: runc (default) or gvisor")
 	f.StringVar(&o.PoolInstance, "pool", "", "add the warm-pool scenario: TTI of creates that claim a member of the daemon's pool of --image with this instance type (start it with 'berth serve --pool debian-trixie=100,instance=TYPE', a type other than --instance so the cold figures stay cold), and with --burst or --pool-burst N, N creates at once from a pool as full as it gets")
 	f.IntVar(&o.PoolBurst, "pool-burst", 0, "with --pool: creates at once in the warm-pool scenario (default --burst); past the pool's size the excess starts cold, waits for a start slot or is answered 429 with Retry-After (berth serve --start-limit, --start-queue, --start-wait), and the report counts the answers by status and looks for half-made sandboxes")
+	f.BoolVar(&o.Task, "task", false, "run the task benchmark instead: time to shell, deps present and the dev server answering through its preview URL, from zero, a snapshot, a wake and the pool (see above)")
+	f.BoolVar(&o.NoDocker, "no-docker", false, "with --task: skip the Docker baseline even when an engine answers")
+	f.IntVar(&o.Workspace.NodePackages, "node-packages", 0, "with --task: packages in the generated node_modules (default 160)")
+	f.IntVar(&o.Workspace.FilesPerPackage, "files-per-package", 0, "with --task: files per node package, at least 5 (default 20)")
+	f.IntVar(&o.Workspace.PyPackages, "py-packages", 0, "with --task: Python packages in the generated venv (default 30)")
 	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (default: runc beside berth, then $PATH)")
 	return cmd
 }

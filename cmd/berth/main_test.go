@@ -283,7 +283,12 @@ func TestServeAndBenchWiring(t *testing.T) {
 		gotOpts = o
 		return nil
 	}
-	t.Cleanup(func() { runDaemon, runBench = daemon.Run, bench.Run })
+	var gotTask bench.Options
+	runTaskBench = func(ctx context.Context, c *client.Client, o bench.Options, out io.Writer) error {
+		gotTask = o
+		return nil
+	}
+	t.Cleanup(func() { runDaemon, runBench, runTaskBench = daemon.Run, bench.Run, bench.RunTask })
 
 	code, _, errs := (&cli{t: t}).runRaw("serve", "--listen", "127.0.0.1:9", "--data", "/srv/b", "--runtime", "/bin/runc", "--subnet", "10.99.0.0/16",
 		"--cluster", "postgres://berth@db:5432/berth",
@@ -301,6 +306,18 @@ func TestServeAndBenchWiring(t *testing.T) {
 	c := newCLI(t)
 	if code, _, errs := c.run("", "bench", "--n", "7", "--json", "--data", "/d"); code != 0 || gotOpts.N != 7 || !gotOpts.JSON || gotOpts.DataDir != "/d" {
 		t.Fatalf("bench: %d %q %+v", code, errs, gotOpts)
+	}
+	// --task runs the task benchmark, 5 samples unless --n says otherwise.
+	gotOpts = bench.Options{}
+	if code, _, errs := c.run("", "bench", "--task", "--pool", "standard-3", "--node-packages", "40", "--data", "/d"); code != 0 || !gotTask.Task || gotTask.N != 5 ||
+		gotTask.PoolInstance != "standard-3" || gotTask.Workspace.NodePackages != 40 || gotOpts.N != 0 {
+		t.Fatalf("bench --task: %d %q %+v (bench.Run got %+v)", code, errs, gotTask, gotOpts)
+	}
+	if code, _, _ := c.run("", "bench", "--task", "--n", "2", "--data", "/d"); code != 0 || gotTask.N != 2 {
+		t.Fatalf("bench --task --n 2: %d %+v", code, gotTask)
+	}
+	if code, _, errs := c.run("", "bench", "--task", "--burst", "10", "--data", "/d"); code == 0 || !strings.Contains(errs, "--task") {
+		t.Fatalf("bench --task --burst must be refused: %d %q", code, errs)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,7 @@ func advDigit() string {
 
 var (
 	binDir     string
+	poolClaims atomic.Int64 // probe sandboxes that were claimed pool members (BERTH_ADV_POOL)
 	dataDir    string
 	probeBin   string // the static probe, built once
 	d          *daemonProc
@@ -133,6 +135,16 @@ func runMain(m *testing.M) int {
 	destroyAll(d.c)
 	code := m.Run()
 	destroyAll(d.c)
+	// With a pool, the run means something only if probes ran on claimed
+	// members: a pool that never served (a claim rule that stopped
+	// matching the suite's creates) must fail the run, not pass it cold.
+	if n := os.Getenv("BERTH_ADV_POOL"); n != "" {
+		fmt.Printf("pool run: %d probe sandboxes were claimed warm-pool members\n", poolClaims.Load())
+		if poolClaims.Load() == 0 && code == 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: BERTH_ADV_POOL=%s but no probe sandbox was a claimed pool member\n", n)
+			code = 1
+		}
+	}
 	for p, h := range canaries {
 		if got := hashFile(p); got != h {
 			fmt.Fprintf(os.Stderr, "FAIL: host canary %s changed (%s -> %s)\n", p, h, got)
@@ -177,7 +189,9 @@ func startDaemon(weak string) (*daemonProc, error) {
 		args = append(args, "--default-isolation", isolation)
 	}
 	// BERTH_ADV_POOL=N keeps a warm pool of N sandboxes of the default
-	// image, so that the probes run on claimed pool members (issue 15).
+	// image, so that the probes run on claimed pool members (issue 15;
+	// scripts/test.sh runs the posture and isolation probes so, and the
+	// run fails if no probe sandbox was a claimed member).
 	if n := os.Getenv("BERTH_ADV_POOL"); n != "" {
 		args = append(args, "--pool", "debian-trixie="+n)
 	}
@@ -259,10 +273,15 @@ func sandbox(t *testing.T, req api.CreateSandboxRequest) api.Sandbox {
 		}
 	})
 	if os.Getenv("BERTH_ADV_POOL") != "" {
-		if js, err := d.c.Journal(ctx, req.Name); err == nil {
-			for _, j := range js {
-				if j.Op == "start" {
-					t.Logf("sandbox %s: start %s", req.Name, j.Detail)
+		js, err := d.c.Journal(ctx, req.Name)
+		if err != nil {
+			t.Fatalf("journal of %s: %v", req.Name, err)
+		}
+		for _, j := range js {
+			if j.Op == "start" {
+				t.Logf("sandbox %s: start %s", req.Name, j.Detail)
+				if strings.HasSuffix(j.Detail, "(warm pool)") {
+					poolClaims.Add(1)
 				}
 			}
 		}
