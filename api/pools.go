@@ -16,6 +16,9 @@ type Pool struct {
 	// (the member's limits are set at claim).
 	Instance  string `json:"instance,omitempty"`
 	Isolation string `json:"isolation"`
+	// Snapshot is the snapshot a snapshot pool's members start from (a
+	// create that restores it claims one); "" for an image pool.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Size is the number of members the pool aims for now: a fixed
 	// pool's configured size, an adaptive pool's current target (from
 	// its recent create rate, within its range), either capped by the

@@ -71,11 +71,15 @@ func printPools(w io.Writer, pools []api.Pool) error {
 		if p.RetryAt != nil {
 			errText += fmt.Sprintf(" (retry in %s)", time.Until(*p.RetryAt).Round(100*time.Millisecond))
 		}
+		img := p.Image
+		if p.Snapshot != "" {
+			img += " (snapshot " + p.Snapshot + ")"
+		}
 		size := "fixed"
 		if p.Adaptive != nil {
 			size = fmt.Sprintf("adaptive %d-%d", p.Adaptive.Min, p.Adaptive.Max)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", p.Image, inst, size, p.Ready, p.Size, p.Starting, p.Claims, p.Misses, p.Refills, p.Failures, p.RatePerMin, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", img, inst, size, p.Ready, p.Size, p.Starting, p.Claims, p.Misses, p.Refills, p.Failures, p.RatePerMin, errText)
 	}
 	return tw.Flush()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/store"
 )
 
 // The warm pool (issue 15): per (image, isolation[, instance type]) a
@@ -46,12 +47,16 @@ type PoolSpec struct {
 	// (pool_size.go), from Min to Max members.
 	Adaptive bool
 	Min, Max int
+	// Snapshot, if set, starts the members from this snapshot (its
+	// layers as read-only lowers over Image, which must be the image it
+	// was taken on), and only a create that restores it claims one.
+	Snapshot string
 }
 
 // ParsePoolSpec parses berth serve's --pool value:
 //
-//	IMAGE=SIZE[,instance=TYPE][,isolation=runc]
-//	IMAGE=adaptive,max=N[,min=N][,instance=TYPE][,isolation=runc]
+//	IMAGE=SIZE[,instance=TYPE][,isolation=runc][,snapshot=ID]
+//	IMAGE=adaptive,max=N[,min=N][,instance=TYPE][,isolation=runc][,snapshot=ID]
 //
 // e.g. "debian-trixie=4", "debian-trixie=8,instance=basic" or
 // "debian-trixie=adaptive,min=2,max=100". IMAGE is a name or a digest (it
@@ -82,6 +87,11 @@ func ParsePoolSpec(s string) (PoolSpec, error) {
 	for _, kv := range parts[1:] {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
+		case "snapshot":
+			if err := validSnapshotID(v); err != nil {
+				return PoolSpec{}, errdefs.InvalidArgument("pool %q: snapshot: %v", s, err)
+			}
+			p.Snapshot = v
 		case "min", "max":
 			if !p.Adaptive {
 				return PoolSpec{}, errdefs.InvalidArgument("pool %q: %s= is for an adaptive pool (IMAGE=adaptive,max=N)", s, k)
@@ -108,7 +118,7 @@ func ParsePoolSpec(s string) (PoolSpec, error) {
 				return PoolSpec{}, errdefs.InvalidArgument("pool %q: only isolation %q is pooled", s, api.IsolationRunc)
 			}
 		default:
-			return PoolSpec{}, errdefs.InvalidArgument("pool %q: unknown option %q (want instance=, isolation=, or min= and max= with adaptive)", s, k)
+			return PoolSpec{}, errdefs.InvalidArgument("pool %q: unknown option %q (want instance=, isolation=, snapshot=, or min= and max= with adaptive)", s, k)
 		}
 	}
 	if p.Adaptive {
@@ -149,6 +159,10 @@ type member struct {
 	userns   IDRange
 	att      Attachment
 	internet bool // the raw internet switch its netns was set up with
+	// snapshot and chain: the snapshot its rootfs stands on (its chain's
+	// layers are lowers after the image's), "" for none.
+	snapshot string
+	chain    []store.Layer
 	res      api.Resources
 	agent    *agentclient.Client
 	pool     *pool
@@ -215,6 +229,26 @@ func (ps *pools) holdsUID(h uint32) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	return ps.uids[h]
+}
+
+// usesSnapshot reports whether a member's rootfs stands on snapshot id
+// (a layer of its chain).
+func (ps *pools) usesSnapshot(id string) bool {
+	if ps == nil {
+		return false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.list {
+		for _, mb := range p.idle {
+			for _, l := range mb.chain {
+				if l.ID == id {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // usesImage reports whether a member runs on digest.
@@ -457,7 +491,7 @@ func (m *Manager) Pools() []api.Pool {
 	now := time.Now()
 	out := make([]api.Pool, 0, len(ps.list))
 	for _, p := range ps.list {
-		v := api.Pool{Node: m.nodeID(), Image: p.spec.Image, Digest: p.digest, Instance: p.spec.Instance, Isolation: p.spec.Isolation,
+		v := api.Pool{Node: m.nodeID(), Image: p.spec.Image, Digest: p.digest, Instance: p.spec.Instance, Isolation: p.spec.Isolation, Snapshot: p.spec.Snapshot,
 			Size: ps.targetLocked(p, now), Ready: len(p.idle), Starting: p.starting,
 			Claims: p.claims, Misses: p.misses, Refills: p.refills, Failures: p.failures, Shrinks: p.shrinks, LastError: p.lastErr,
 			RatePerMin: math.Round(p.demand.perSecond(now)*60*100) / 100}

@@ -29,11 +29,12 @@ func (m *Manager) startFresh(ctx context.Context, a *actor, fresh bool) error {
 }
 
 // takeFor takes a member of a pool that serves a fresh start of rec: same
-// image digest and isolation, the pool's instance type if it names one, no
-// snapshot, and a raw internet switch the member has or the network can
-// change. nil if none; the refill loop is woken either way.
+// image digest and isolation, the pool's instance type if it names one,
+// the same snapshot (or none on both sides), and a raw internet switch
+// the member has or the network can change. nil if none; the refill loop
+// is woken either way.
 func (ps *pools) takeFor(ctx context.Context, m *Manager, rec *store.Sandbox) *member {
-	if rec.Snapshot != "" || isolationOf(*rec) != api.IsolationRunc {
+	if isolationOf(*rec) != api.IsolationRunc || rec.PersistSnapshot != "" {
 		return nil
 	}
 	if _, ok := m.cfg.Runtime.(PoolRuntime); !ok {
@@ -49,12 +50,25 @@ func (ps *pools) takeFor(ctx context.Context, m *Manager, rec *store.Sandbox) *m
 	})
 	mb := ps.take(func(s PoolSpec, digest string) bool {
 		return s.Isolation == isolationOf(*rec) && (s.Instance == "" || s.Instance == rec.Instance) &&
-			(digest == "" || digest == img.Digest)
+			(digest == "" || digest == img.Digest) && s.Snapshot == rec.Snapshot
 	}, func(mb *member) bool {
-		return mb.digest == img.Digest && (mb.internet == internet || canSwitch)
+		return mb.digest == img.Digest && (mb.internet == internet || canSwitch) &&
+			mb.snapshot == rec.Snapshot && sameChain(mb.chain, rec.Chain)
 	})
 	ps.wake() // refill behind the claim
 	return mb
+}
+
+func sameChain(a, b []store.Layer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].SHA256 != b[i].SHA256 {
+			return false
+		}
+	}
+	return true
 }
 
 // reserveWarm holds mb for name's start (admit); returnWarm gives it back

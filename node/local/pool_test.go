@@ -43,6 +43,9 @@ func TestParsePoolSpec(t *testing.T) {
 		{in: "debian-trixie=adaptive,max=1001", bad: true},    // beyond a pool's bound
 		{in: "debian-trixie=4,max=8", bad: true},              // max= on a fixed pool
 		{in: "debian-trixie=adaptive,max=x", bad: true},
+		{in: "debian-trixie=2,snapshot=snap_0a1b", want: PoolSpec{Image: "debian-trixie", Size: 2, Snapshot: "snap_0a1b", Isolation: api.IsolationRunc}},
+		{in: "debian-trixie=2,snapshot=../x", bad: true},
+		{in: "debian-trixie=2,snapshot=", bad: true},
 	} {
 		got, err := ParsePoolSpec(c.in)
 		if c.bad {

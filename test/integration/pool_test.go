@@ -358,3 +358,69 @@ func TestPoolBurstBeyondBound(t *testing.T) {
 		t.Errorf("sandboxes left: %+v", list)
 	}
 }
+
+// TestPoolOfSnapshot: a pool whose members start from a snapshot serves
+// the creates that restore it, with the snapshot's files and the
+// request's identity; a create of the bare image does not take one of its
+// members, and the snapshot cannot be deleted while members stand on it.
+func TestPoolOfSnapshot(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-src"})
+	run(t, "it-pool-snap-src", "mkdir -p /home/user/app && echo deps-present > /home/user/app/marker")
+	sn, err := d.c.Snapshot(ctx, "it-pool-snap-src", api.SnapshotRequest{Name: "pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cold restore, for comparison.
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-cold", Snapshot: sn.ID, Env: map[string]string{"K": "v"}})
+	coldIn, coldJournal, _ := observeSandbox(t, "it-pool-snap-cold")
+	if err := d.c.Destroy(ctx, "it-pool-snap-cold"); err != nil {
+		t.Fatal(err)
+	}
+
+	d.stop()
+	d = nil
+	t.Cleanup(func() {
+		if d != nil {
+			d.stop()
+		}
+		var err error
+		if d, err = startDaemon(nil); err != nil {
+			t.Errorf("restart the suite's daemon: %v", err)
+		}
+		_ = d.c.DeleteSnapshot(context.Background(), sn.ID)
+	})
+	if d, err = startDaemon(nil, "--pool", "debian-trixie=2,snapshot="+sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, 2)
+	if p := pools(t)[0]; p.Snapshot != sn.ID {
+		t.Fatalf("pool: %+v", p)
+	}
+	// A bare create does not claim a snapshot member (negative control).
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-bare"})
+	if p := pools(t)[0]; p.Claims != 0 {
+		t.Fatalf("a create without the snapshot claimed a member: %+v", p)
+	}
+	if r := run(t, "it-pool-snap-bare", "cat /home/user/app/marker 2>&1 || true"); strings.Contains(r.Stdout, "deps-present") {
+		t.Fatalf("the bare sandbox has the snapshot's files")
+	}
+	// The snapshot is pinned by the members.
+	if err := d.c.DeleteSnapshot(ctx, sn.ID); !errdefs.IsKind(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("delete a snapshot members stand on: %v", err)
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-cold", Snapshot: sn.ID, Env: map[string]string{"K": "v"}})
+	if p := pools(t)[0]; p.Claims != 1 {
+		t.Fatalf("the restore did not claim a member: %+v", p)
+	}
+	warmIn, warmJournal, _ := observeSandbox(t, "it-pool-snap-cold")
+	if coldIn != warmIn {
+		t.Errorf("claimed restore differs from cold:\n--- cold\n%s\n--- claimed\n%s", coldIn, warmIn)
+	}
+	if !slices.Equal(coldJournal, warmJournal) {
+		t.Errorf("journal: cold %q, claimed %q", coldJournal, warmJournal)
+	}
+	if r := run(t, "it-pool-snap-cold", "cat /home/user/app/marker"); r.Stdout != "deps-present\n" {
+		t.Fatalf("claimed restore's files: %q", r.Stdout)
+	}
+}
