@@ -43,12 +43,23 @@ type Options struct {
 	// same image layers the server uses. Empty Runtime skips the baseline.
 	DataDir string
 	Runtime string
-	Logf    func(format string, args ...any)
+	// DaemonPid, if set, adds the daemon's own CPU time (with the runc
+	// commands it reaped) to the CPU figures; host-wide CPU is always
+	// measured.
+	DaemonPid int
+	// SandboxCgroup, if set, is the cgroup dir above every sandbox's
+	// (e.g. /sys/fs/cgroup/berth, or cpuacct/berth on cgroup v1): adds
+	// their CPU time to the CPU figures.
+	SandboxCgroup string
+	Logf          func(format string, args ...any)
 }
 
 // Report is the JSON form of a run.
 type Report struct {
-	TTI       *Stat           `json:"tti_ms"`
+	TTI *Stat `json:"tti_ms"`
+	// TTICPU is the CPU time of one sequential create → node -v →
+	// destroy cycle of the TTI figure.
+	TTICPU    *CPUPer         `json:"tti_cpu_ms,omitempty"`
 	Exec      *Stat           `json:"exec_ms"`
 	Wake      *Stat           `json:"wake_ms"`
 	Baselines Baselines       `json:"baselines"`
@@ -104,6 +115,7 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 	// Time to interactive: create by name → `node -v` exits 0.
 	logf("time to interactive: %d sandboxes, sequentially", o.N)
 	var tti []time.Duration
+	cpu0, cpuOK := readCPU(o.DaemonPid, o.SandboxCgroup)
 	for i := 0; i < o.N; i++ {
 		name := fmt.Sprintf("bench-%s-tti-%d", run, i)
 		t0 := time.Now()
@@ -121,6 +133,9 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 		}
 	}
 	rep.TTI = summarize(tti)
+	if cpu1, ok := readCPU(o.DaemonPid, o.SandboxCgroup); ok && cpuOK {
+		rep.TTICPU = cpuPer(cpu0, cpu1, o.N)
+	}
 
 	// Exec round trip of `true` in one running sandbox.
 	name := fmt.Sprintf("bench-%s-exec", run)
@@ -215,6 +230,35 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 	return nil
 }
 
+func daemonNote(c *CPUPer) string {
+	var parts []string
+	if c.DaemonMs != nil {
+		parts = append(parts, "the daemon with its runc commands")
+	}
+	if c.SandboxesMs != nil {
+		parts = append(parts, "the sandboxes' cgroups")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; of it " + strings.Join(parts, ", ")
+}
+
+func cpuText(c *CPUPer) string {
+	s := fmt.Sprintf("%.1f", c.HostMs)
+	var parts []string
+	if c.DaemonMs != nil {
+		parts = append(parts, fmt.Sprintf("%.1f", *c.DaemonMs))
+	}
+	if c.SandboxesMs != nil {
+		parts = append(parts, fmt.Sprintf("%.1f", *c.SandboxesMs))
+	}
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
+}
+
 func ratio(a, b float64) *float64 {
 	if b == 0 {
 		return nil
@@ -239,6 +283,9 @@ func printTable(out io.Writer, r Report) {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%s\t%s\t%s\n", label, s.P50, s.P95, s.N, b, rt, target)
 	}
 	row("time to interactive (create → node -v)", r.TTI, "runc run node -v", r.Baselines.RuncRun, "p50 ≤ 150 ms, ≤ 1.0× runc run")
+	if c := r.TTICPU; c != nil {
+		fmt.Fprintf(tw, "  CPU per create → node -v → destroy (ms, host-wide%s)\t%s\t\t%d\t\t\t\n", daemonNote(c), cpuText(c), c.N)
+	}
 	if r.Baselines.DockerRun != nil {
 		row("time to interactive vs docker", r.TTI, "docker run", r.Baselines.DockerRun, "≥ 4× faster")
 	}
@@ -266,6 +313,9 @@ func printTable(out io.Writer, r Report) {
 		fmt.Fprintln(tw, "figure\tp50\tp95 / max\tn\ttarget")
 		if b.TTI != nil {
 			fmt.Fprintf(tw, "create → node -v, each (ms)\t%.0f\t%.0f\t%d\tp50 ≤ 1000, all succeed\n", b.TTI.P50, b.TTI.P95, b.TTI.N)
+		}
+		if c := b.CPU; c != nil {
+			fmt.Fprintf(tw, "CPU per start, create → node -v (ms, host-wide%s)\t%s\t\t%d\tlast ≤ 3000 ms needs ≤ %.0f ms per start on %d CPUs\n", daemonNote(c), cpuText(c), c.N, 3000*float64(b.CPUs)/float64(b.N), b.CPUs)
 		}
 		if b.AgentRSSKiB != nil {
 			fmt.Fprintf(tw, "agent RSS while idle (MiB)\t%.1f\t%.1f\t%d\t≤ 8\n", float64(b.AgentRSSKiB.P50)/1024, float64(b.AgentRSSKiB.Max)/1024, b.AgentRSSKiB.N)

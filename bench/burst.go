@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,11 @@ type BurstReport struct {
 	// but that is not running, or one that exists though its create was
 	// refused (none is the target).
 	HalfMade []string `json:"half_made"`
+	// CPU is the CPU time per sandbox of the burst (create and first
+	// node -v), and CPUs the host's: N × CPU / CPUs is the wall time the
+	// burst cannot beat.
+	CPU  *CPUPer `json:"cpu_ms,omitempty"`
+	CPUs int     `json:"cpus"`
 	// AgentRSSKiB is the resident memory of each sandbox's agent (its
 	// PID 1), read from inside the sandbox while all N run idle, and
 	// AgentPrivateKiB the part of it that is its own (RssAnon): the rest
@@ -82,6 +88,7 @@ func burstScenario(ctx context.Context, c *client.Client, o Options, run string,
 	var allAnswered sync.WaitGroup // every create answered: look for half-made ones
 	allAnswered.Add(n)
 	checked := make(chan struct{})
+	cpu0, cpuOK := readCPU(o.DaemonPid, o.SandboxCgroup)
 	t0 := time.Now()
 	forEach(names, n, func(name string) {
 		start := time.Now()
@@ -167,6 +174,10 @@ func burstScenario(ctx context.Context, c *client.Client, o Options, run string,
 	}
 	if rep.HalfMade == nil {
 		rep.HalfMade = []string{}
+	}
+	rep.CPUs = runtime.NumCPU()
+	if cpu1, ok := readCPU(o.DaemonPid, o.SandboxCgroup); ok && cpuOK {
+		rep.CPU = cpuPer(cpu0, cpu1, n)
 	}
 
 	// Footprint while all of them run idle.

@@ -225,6 +225,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	if err != nil {
 		return nil, fmt.Errorf("snapshot cache: %w", err)
 	}
+	cache.SetDestroyer(rfs.DestroyLayer)
 	w.Logf("blob store: %s", blobDesc)
 	if cfg.Blobs.S3Endpoint != "" && !cfg.Blobs.NoImages {
 		imgs.SetShared(blobs, blobDesc)
@@ -233,7 +234,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 
 	mc := local.Config{
 		PreviewURLs: w.PreviewURLs,
-		Blobs:       blobs, Snapshots: layers{cache},
+		Blobs:       blobs, Snapshots: layers{cache, rfs},
 		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
 		UserNS:           local.UserNSConfig{Base: cfg.UserNSBase},
 		Runtime:          rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},

@@ -122,6 +122,9 @@ func userNSFd(m IDMap) (int, error) {
 // unmountUnder unmounts every mount at or below dir, deepest and latest
 // first. A busy mount is detached.
 func unmountUnder(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing can be mounted below a path that is not there
+	}
 	ms, err := mounts()
 	if err != nil {
 		return err

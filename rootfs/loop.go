@@ -83,6 +83,25 @@ type mountEntry struct {
 	Point, FSType, Source, SuperOpts string
 }
 
+// mountRoot reports whether p is the root of a mount, from statx's
+// STATX_ATTR_MOUNT_ROOT, without reading /proc/self/mountinfo: the kernel
+// formats every mount of the host for that read (paths, options), so its
+// cost grows with the number of sandboxes, and a burst of starts and
+// destroys made it quadratic. A path that does not exist is not a mount
+// point. known is false when the kernel cannot tell (no attribute, an
+// error other than ENOENT); the caller then reads mountinfo.
+func mountRoot(p string) (root, known bool) {
+	var st unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st)
+	if errors.Is(err, unix.ENOENT) {
+		return false, true
+	}
+	if err != nil || st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return false, false
+	}
+	return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true
+}
+
 // mounts parses /proc/self/mountinfo. Mount points are unescaped (\040 etc.).
 func mounts() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")

@@ -364,7 +364,12 @@ func (m *Manager) unmountLocked(id string) error {
 	if err := m.unmountRootfs(id); err != nil {
 		return err
 	}
-	// The idmapped views under the overlay, once it is gone.
+	// The idmapped views under the overlay, once it is gone: those
+	// idmappedLayers made, without reading mountinfo; anything else found
+	// there, through mountinfo.
+	if removeViews(m.idmapDir(id)) {
+		return nil
+	}
 	if err := unmountUnder(m.idmapDir(id)); err != nil {
 		return err
 	}
@@ -372,6 +377,53 @@ func (m *Manager) unmountLocked(id string) error {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	return nil
+}
+
+// removeViews unmounts and removes the views idmappedLayers made under
+// dir (l/<n> for the lowers, u for the upper) and dir itself, without a
+// read of mountinfo (see mountRoot). It only unmounts what statx calls a
+// mount point and only removes empty directories (never recursively), so
+// nothing below a mount is ever deleted; it reports false, leaving the
+// rest to the mountinfo path, for anything else (another entry, a mount
+// that stays, a kernel that cannot tell).
+func removeViews(dir string) bool {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	lowers, err := os.ReadDir(filepath.Join(dir, "l"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	var views []string
+	for _, e := range lowers {
+		views = append(views, filepath.Join(dir, "l", e.Name()))
+	}
+	views = append(views, filepath.Join(dir, "u"))
+	for _, v := range views {
+		for i := 0; ; i++ {
+			root, known := mountRoot(v)
+			if !known || i == 8 {
+				return false
+			}
+			if !root {
+				break
+			}
+			if err := unix.Unmount(v, 0); err != nil {
+				if !errors.Is(err, unix.EBUSY) || unix.Unmount(v, unix.MNT_DETACH) != nil {
+					return false
+				}
+			}
+		}
+		if err := os.Remove(v); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	for _, d := range []string{filepath.Join(dir, "l"), dir} {
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *Manager) unmountRootfs(id string) error {
@@ -391,9 +443,15 @@ func (m *Manager) unmountRootfs(id string) error {
 
 func (m *Manager) unmountAt(target string) error {
 	for i := 0; i < 8; i++ { // stacked mounts (a crash between mounts) are all removed
-		_, ok, err := m.mountAt(target)
-		if err != nil || !ok {
-			return err
+		ok, known := mountRoot(target)
+		if !known {
+			var err error
+			if _, ok, err = m.mountAt(target); err != nil {
+				return err
+			}
+		}
+		if !ok {
+			return nil
 		}
 		if err := unix.Unmount(target, 0); err != nil {
 			if errors.Is(err, unix.EBUSY) {
@@ -489,6 +547,9 @@ func (m *Manager) Known(ctx context.Context) ([]string, error) {
 }
 
 func (m *Manager) mountAt(target string) (mountEntry, bool, error) {
+	if root, known := mountRoot(target); known && !root {
+		return mountEntry{}, false, nil // the common case, without mountinfo
+	}
 	ms, err := mounts()
 	if err != nil {
 		return mountEntry{}, false, err

@@ -181,3 +181,97 @@ func destroySubvolV2(parent, name string) error {
 	}
 	return nil
 }
+
+// _IOR(0x94, 25, __u64) and _IOW(0x94, 26, __u64).
+const (
+	iocSubvolGetflags = 0x80089419
+	iocSubvolSetflags = 0x4008941a
+)
+
+// LayerFromUpperSnapshot turns a snapshot that SnapshotUpper returned (its
+// upper/ path) into a read-only layer at dst that outlives the release:
+// the subvolume is made writable just long enough for clean to bring
+// upper/ into the form a restore from the snapshot's blob gives (the
+// caller's rules), for its work/ to be removed and for it to be renamed to
+// dst (a path on the uppers filesystem; btrfs cannot rename a read-only
+// subvolume), and is made read-only again there. The layer is dst/upper;
+// delete it with DestroyLayer. If it fails before the rename, the
+// snapshot stays where it was and release deletes it; after, it is at dst.
+func (m *Manager) LayerFromUpperSnapshot(upper string, clean func(dir string) error, dst string) error {
+	sub := filepath.Dir(filepath.Clean(upper))
+	if filepath.Base(upper) != "upper" || filepath.Dir(sub) != m.uppers || !strings.HasPrefix(filepath.Base(sub), upperSnapPrefix) {
+		return errdefs.InvalidArgument("rootfs: %s is not an upper snapshot", upper)
+	}
+	dst = filepath.Clean(dst)
+	if !hasPathPrefix(dst, m.uppers) {
+		return errdefs.InvalidArgument("rootfs: %s is outside the uppers filesystem", dst)
+	}
+	if _, err := subvolID(sub); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := setReadOnly(sub, false); err != nil {
+		return err
+	}
+	at := sub
+	err := clean(upper)
+	if err == nil {
+		// overlay's work dir is never part of a layer.
+		err = os.RemoveAll(filepath.Join(sub, "work"))
+	}
+	if err == nil {
+		if err = os.Rename(sub, dst); err == nil {
+			at = dst
+		}
+	}
+	if rerr := setReadOnly(at, true); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("rootfs: layer from %s: %w", upper, err)
+	}
+	return nil
+}
+
+// DestroyLayer deletes a subvolume that LayerFromUpperSnapshot made, where
+// it now is. A path that is not a subvolume root on this uppers
+// filesystem is refused.
+func (m *Manager) DestroyLayer(path string) error {
+	path = filepath.Clean(path)
+	if !hasPathPrefix(path, m.uppers) || path == m.uppers {
+		return errdefs.InvalidArgument("rootfs: %s is outside the uppers filesystem", path)
+	}
+	qid, err := subvolID(path)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := destroySubvolV2(filepath.Dir(path), filepath.Base(path)); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	removeQgroup(m.uppers, qid)
+	return nil
+}
+
+// setReadOnly sets or clears a subvolume's read-only flag.
+func setReadOnly(sub string, ro bool) error {
+	fd, err := openDir(sub)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var flags uint64
+	if err := ioctl(fd, iocSubvolGetflags, unsafe.Pointer(&flags)); err != nil {
+		return fmt.Errorf("rootfs: get flags of %s: %w", sub, err)
+	}
+	if ro {
+		flags |= subvolRdonly
+	} else {
+		flags &^= subvolRdonly
+	}
+	if err := ioctl(fd, iocSubvolSetflags, unsafe.Pointer(&flags)); err != nil {
+		return fmt.Errorf("rootfs: set flags of %s: %w", sub, err)
+	}
+	return nil
+}

@@ -127,3 +127,56 @@ func TestSnapshotUpperErrorsAndPrune(t *testing.T) {
 		t.Fatal("snapshot name passes sandbox id validation")
 	}
 }
+
+// TestLayerFromUpperSnapshot: an upper snapshot becomes a read-only layer
+// that survives its release once moved (as the snapshot cache moves it),
+// after clean ran on its upper/ while it was writable; DestroyLayer then
+// deletes it. Paths that are not upper snapshots are refused.
+func TestLayerFromUpperSnapshot(t *testing.T) {
+	m, _ := openTest(t)
+	ctx := context.Background()
+	root, err := m.Mount(ctx, "layerme", twoLayers(t), 64<<20, IDMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "ws/file"), "v1")
+	writeFile(t, filepath.Join(root, "ws/drop"), "x")
+	dir, release, err := m.SnapshotUpper(ctx, "layerme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(m.uppers, "cache-slot")
+	if err := m.LayerFromUpperSnapshot(filepath.Join(m.uppers, "layerme", "upper"), func(string) error { return nil }, moved); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a live upper was accepted: %v", err)
+	}
+	if err := m.LayerFromUpperSnapshot(dir, func(string) error { return nil }, "/tmp/elsewhere"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a destination off the uppers filesystem was accepted: %v", err)
+	}
+	if err := m.LayerFromUpperSnapshot(dir, func(d string) error { return os.Remove(filepath.Join(d, "ws/drop")) }, moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(moved, "upper/ws/drop")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("clean did not run: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(moved, "work")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("work dir kept: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(moved, "upper/x"), nil, 0o644); err == nil {
+		t.Fatal("layer is writable")
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(moved, "upper/ws/file")); got != "v1" {
+		t.Fatalf("moved layer: %q", got)
+	}
+	if err := m.DestroyLayer("/tmp"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("destroy outside the uppers: %v", err)
+	}
+	if err := m.DestroyLayer(moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(moved); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("DestroyLayer left %s: %v", moved, err)
+	}
+}

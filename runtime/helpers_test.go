@@ -159,6 +159,17 @@ func newContainer(t *testing.T, args []string, mut func(*SpecOptions)) *ctr {
 // overlay of the busybox lower).
 func newContainerAt(t *testing.T, rootfs string, args []string, mut func(*SpecOptions)) *ctr {
 	t.Helper()
+	c := newBundle(t, rootfs, args, mut)
+	if err := c.r.Create(context.Background(), c.id, c.bundle); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newBundle writes c's bundle (over rootfs, "" = a fresh overlay of the
+// busybox lower) and removes its container at cleanup, but creates nothing.
+func newBundle(t *testing.T, rootfs string, args []string, mut func(*SpecOptions)) *ctr {
+	t.Helper()
 	id := fmt.Sprintf("t%d-%d", os.Getpid(), fx.idCounter.Add(1))
 	bundle := filepath.Join(t.TempDir(), "bundle")
 	if rootfs == "" {
@@ -185,9 +196,6 @@ func newContainerAt(t *testing.T, rootfs string, args []string, mut func(*SpecOp
 			t.Errorf("cleanup delete %s: %v", id, err)
 		}
 	})
-	if err := c.r.Create(context.Background(), id, bundle); err != nil {
-		t.Fatal(err)
-	}
 	return c
 }
 

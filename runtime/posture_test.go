@@ -1,11 +1,16 @@
 package runtime
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // capMask is CapEff for Capabilities: CHOWN(0) DAC_OVERRIDE(1) FOWNER(3)
@@ -84,6 +89,79 @@ func TestPosture(t *testing.T) {
 		t.Errorf("oom_score_adj %s", p.OOMScoreAdj)
 	}
 	t.Logf("kcore %s, sysrq %s, core_pattern %s, cgroup %s, release_agent %s", p.Kcore, p.WriteSysrq, p.WriteCorePattern, p.WriteCgroupMem, p.WriteReleaseAgent)
+}
+
+// TestRunMatchesCreateStart: a container made by Run (one `runc run
+// --detach`, the start path's call) has exactly the posture of one made by
+// Create + Start: capabilities, no_new_privs, seccomp, fresh namespaces,
+// masked and read-only paths, devices, oom_score_adj, fds.
+func TestRunMatchesCreateStart(t *testing.T) {
+	needFixtures(t)
+	want := runPosture(t, nil)
+	c := newBundle(t, "", []string{"/probe", "posture"}, nil)
+	if err := c.r.Run(context.Background(), c.id, c.bundle); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(c.bundle, PidFile)); err != nil || len(b) == 0 {
+		t.Fatalf("run wrote no pid file: %q %v", b, err)
+	}
+	c.waitStatus(t, "stopped", 10*time.Second)
+	var got postureReport
+	out := c.output(t)
+	if err := json.Unmarshal([]byte(lastJSONLine(out)), &got); err != nil {
+		t.Fatalf("probe output: %v\n%s", err, out)
+	}
+	norm := func(p postureReport) string {
+		// Namespace ids and the bundle's path differ between any two
+		// containers: compare new-or-host and the fd targets' names.
+		for n, v := range p.NS {
+			host, _ := os.Readlink("/proc/self/ns/" + n)
+			p.NS[n] = map[bool]string{true: "host", false: "new"}[v == host]
+		}
+		for fd, v := range p.FDs {
+			p.FDs[fd] = filepath.Base(v)
+		}
+		b, _ := json.Marshal(p)
+		return string(b)
+	}
+	if g, w := norm(got), norm(want); g != w {
+		t.Errorf("posture after run:\n%s\nafter create + start:\n%s", g, w)
+	}
+	if err := c.r.Run(context.Background(), c.id, c.bundle); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("second run: %v, want already exists", err)
+	}
+}
+
+// TestSelectorDeleteWithoutState: deleting an id the runtime keeps no
+// state for spawns nothing (Selector.Delete asks runc only when its state
+// dir has the id) and succeeds; with state it deletes. The negative
+// control is a created container, which the same call removes.
+func TestSelectorDeleteWithoutState(t *testing.T) {
+	needFixtures(t)
+	ctx := context.Background()
+	// A runtime binary that fails if it is ever run.
+	never := filepath.Join(t.TempDir(), "never")
+	if err := os.WriteFile(never, []byte("#!/bin/sh\necho ran >&2; exit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &Selector{Default: New(never, t.TempDir())}
+	if err := s.Delete(ctx, "unknown-id", true); err != nil {
+		t.Errorf("delete without state: %v, want nil and no runtime call", err)
+	}
+	if err := os.Mkdir(filepath.Join(s.Default.Root, "half-made"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "half-made", true); err == nil || !strings.Contains(err.Error(), "ran") {
+		t.Errorf("delete with a state dir: %v, want the runtime asked (and this one failing)", err)
+	}
+	c := newContainer(t, []string{"/bin/sleep", "1000"}, nil)
+	real := &Selector{Default: c.r}
+	if err := real.Delete(ctx, c.id, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.r.State(ctx, c.id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("state after selector delete: %v, want not found", err)
+	}
 }
 
 // TestNoLeakedFDs lists the container init's fds with busybox ls (a Go probe

@@ -103,6 +103,12 @@ func (s *Selector) Create(ctx context.Context, id, bundle string) error {
 
 func (s *Selector) Start(ctx context.Context, id string) error { return s.Pick(id).Start(ctx, id) }
 
+// Run creates and starts id in one runtime command where the runtime
+// can (OCI.Run).
+func (s *Selector) Run(ctx context.Context, id, bundle string) error {
+	return s.Pick(id).Run(ctx, id, bundle)
+}
+
 func (s *Selector) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	return s.Pick(id).Kill(ctx, id, sig)
 }
@@ -111,13 +117,35 @@ func (s *Selector) Kill(ctx context.Context, id string, sig syscall.Signal) erro
 // runsc has state for it but the marker is gone (a crash between the two):
 // a glob of runsc's state dir, not a `runsc delete`, which would cost a
 // process spawn on every start.
+//
+// A runtime that keeps no state for id is not asked at all: deleting an
+// unknown id is a no-op success (runc removes a state dir without a
+// state.json and returns), and a start's clearing of a crash's leftover
+// container would otherwise cost a process spawn every time.
 func (s *Selector) Delete(ctx context.Context, id string, force bool) error {
 	r := s.Pick(id)
-	err := r.Delete(ctx, id, force)
+	var err error
+	if hasState(r, id) {
+		err = r.Delete(ctx, id, force)
+	}
 	if r != s.GVisor && s.GVisor != nil && s.gvisorHasState(id) {
 		err = errors.Join(err, s.GVisor.Delete(ctx, id, force))
 	}
 	return err
+}
+
+// hasState reports whether r may keep state for id: runc and crun keep
+// it in <root>/<id>, runsc in <root>/<id>_sandbox:*. Unsure (no root, a
+// bad id, an unreadable root) is yes.
+func hasState(r *OCI, id string) bool {
+	if r.Root == "" || validID(id) != nil {
+		return true
+	}
+	if _, err := os.Lstat(filepath.Join(r.Root, id)); !errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	m, err := filepath.Glob(filepath.Join(r.Root, id+"_*"))
+	return err != nil || len(m) > 0
 }
 
 // gvisorHasState reports whether runsc keeps state for id: it names its

@@ -153,19 +153,27 @@ func TestSelectorRejectsBadIDs(t *testing.T) {
 
 // TestSelectorDeleteStrayRunscState: a crash between runsc's create and
 // the marker leaves runsc state for an id that picks runc; Delete removes
-// it from both, and only then spawns runsc.
+// it from both; a runtime with no state for the id is not run at all.
 func TestSelectorDeleteStrayRunscState(t *testing.T) {
 	ctx := context.Background()
 	e := newSelectorEnv(t, true)
+	state := func(root, name string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No runtime keeps state for c: nothing is run (a start's clearing
+	// of a crash's leftover container costs no process then).
 	if err := e.s.Delete(ctx, "c", true); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.calls(t); strings.Join(got, " ") != "runc_delete_--force_c" {
-		t.Fatalf("delete without runsc state: %v", got)
+	if got := e.calls(t); len(got) != 0 {
+		t.Fatalf("delete without any state: %v, want no runtime call", got)
 	}
-	if err := os.WriteFile(filepath.Join(e.s.GVisor.Root, "c_sandbox:c.state"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// runc state (a dir named after the id) and stray runsc state: both asked.
+	state(e.s.Default.Root, "c")
+	state(e.s.GVisor.Root, "c_sandbox:c.state")
 	if err := e.s.Delete(ctx, "c", false); err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +181,7 @@ func TestSelectorDeleteStrayRunscState(t *testing.T) {
 		t.Fatalf("delete with stray runsc state: %v", got)
 	}
 	// Another id's state is not this one's ("c" is a prefix of "cd").
+	state(e.s.Default.Root, "cd")
 	if err := e.s.Delete(ctx, "cd", false); err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +191,13 @@ func TestSelectorDeleteStrayRunscState(t *testing.T) {
 	if err := e.s.Choose("g", true); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.s.Delete(ctx, "g", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.calls(t); len(got) != 0 {
+		t.Fatalf("delete of a gvisor container runsc has no state for: %v, want no call", got)
+	}
+	state(e.s.GVisor.Root, "g_sandbox:g.state")
 	if err := e.s.Delete(ctx, "g", false); err != nil {
 		t.Fatal(err)
 	}

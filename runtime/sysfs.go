@@ -52,6 +52,9 @@ func MountSysfs(netnsPath, target string) error {
 // detaching busy ones), so that dir can be removed without recursing into
 // a mounted filesystem.
 func UnmountUnder(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil // nothing can be mounted below a path that is not there (and no mountinfo read, which costs more with every mount on the host)
+	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return err

@@ -61,6 +61,9 @@ type Cache struct {
 	// support or privilege: later layers are unpacked directly.
 	unpack atomic.Bool
 
+	// destroy deletes an adopted layer's tree (SetDestroyer).
+	destroy func(path string) error
+
 	mu    sync.Mutex
 	locks map[string]*keyLock
 }
@@ -145,10 +148,17 @@ func (c *Cache) drop(slot string) error {
 	if err := unmountLayer(p); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(p); err != nil {
+	if _, err := os.Lstat(p + subvolSuffix); err == nil {
+		if c.destroy == nil {
+			return errdefs.FailedPrecondition("snapshot cache: layer %s is an adopted tree, and no destroyer is set", slot)
+		}
+		if err := c.destroy(p); err != nil {
+			return err
+		}
+	} else if err := os.RemoveAll(p); err != nil {
 		return err
 	}
-	for _, suf := range []string{imageSuffix, imageSumSuffix, pendingSuffix} {
+	for _, suf := range []string{imageSuffix, imageSumSuffix, pendingSuffix, subvolSuffix} {
 		if err := os.Remove(p + suf); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -683,6 +693,9 @@ func (c *Cache) lookup(sum string) (string, bool, error) {
 		st, err := os.Lstat(p)
 		if err != nil || !st.IsDir() {
 			continue
+		}
+		if sub := c.adoptedSub(slot); sub != "" {
+			return filepath.Join(p, sub), true, nil // an adopted tree (Adopt)
 		}
 		if _, err := os.Lstat(p + imageSuffix); errors.Is(err, fs.ErrNotExist) {
 			return p, true, nil // an unpacked layer

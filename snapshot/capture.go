@@ -176,6 +176,10 @@ func write(ctx context.Context, layers []string, w io.Writer, opts CaptureOption
 		links: map[devIno]string{},
 		buf:   make([]byte, 256<<10),
 	}
+	if len(layers) == 1 {
+		wk.pre = newPrefetcher()
+		defer wk.pre.close()
+	}
 	err = wk.dir("", fds, 0)
 	if err == nil {
 		err = wk.tw.Close()

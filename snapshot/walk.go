@@ -45,6 +45,7 @@ type walker struct {
 	skipped int64
 	links   map[devIno]string
 	buf     []byte
+	pre     *prefetcher // nil: no read-ahead hints
 }
 
 // dir writes the children of the merged directory rel (a clean relative
@@ -58,6 +59,7 @@ func (w *walker) dir(rel string, fds []int, depth int) error {
 	if err != nil {
 		return err
 	}
+	w.pre.dir(fds[0], names)
 	for _, name := range names {
 		if err := w.entry(rel, name, fds, depth); err != nil {
 			return err

@@ -66,6 +66,9 @@ type Container struct {
 type Runtime interface {
 	Create(ctx context.Context, id, bundle string) error
 	Start(ctx context.Context, id string) error
+	// Run is Create then Start, in one runtime command where the runtime
+	// can (`runc run --detach`: one process spawn less per start).
+	Run(ctx context.Context, id, bundle string) error
 	Kill(ctx context.Context, id string, sig syscall.Signal) error
 	Delete(ctx context.Context, id string, force bool) error
 	// Pause and Resume freeze and thaw every process of a container.

@@ -191,6 +191,13 @@ func (f *fakeRuntime) Create(ctx context.Context, id, bundle string) error {
 	return nil
 }
 
+func (f *fakeRuntime) Run(ctx context.Context, id, bundle string) error {
+	if err := f.Create(ctx, id, bundle); err != nil {
+		return err
+	}
+	return f.Start(ctx, id)
+}
+
 func (f *fakeRuntime) Start(ctx context.Context, id string) error {
 	if f.block != nil {
 		<-f.block

@@ -117,11 +117,8 @@ func (m *Manager) startMember(ctx context.Context, spec PoolSpec) (mb *member, e
 	if err := m.cfg.Runtime.WriteBundle(bundle, b); err != nil {
 		return mb, memberErr("write bundle", err)
 	}
-	if err := m.cfg.Runtime.Create(ctx, mb.id, bundle); err != nil {
-		return mb, memberErr("create container", err)
-	}
-	if err := m.cfg.Runtime.Start(ctx, mb.id); err != nil {
-		return mb, memberErr("start container", err)
+	if err := m.cfg.Runtime.Run(ctx, mb.id, bundle); err != nil {
+		return mb, memberErr("run container", err)
 	}
 	ag := agentclient.New(filepath.Join(agentDir, wire.SocketName))
 	mb.agent = ag

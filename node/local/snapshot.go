@@ -69,9 +69,10 @@ func snapToAPI(s store.Snapshot) api.Snapshot {
 // Snapshot implements control.Snapshots. A running sandbox is frozen only
 // while its writable layer is copied (a btrfs snapshot: milliseconds);
 // compression and upload run afterwards from the frozen-in-time copy, while
-// the sandbox works on.
+// the sandbox works on. The layer is primed (LayerPrimer): a restore on
+// this host needs no fetch of the blob just written.
 func (m *Manager) Snapshot(ctx context.Context, name string, req api.SnapshotRequest) (api.Snapshot, error) {
-	return m.snapshot(ctx, name, req, false)
+	return m.snapshot(ctx, name, req, true)
 }
 
 // snapshot is Snapshot; with prime, the layer is also made ready on this

@@ -16,13 +16,13 @@ import (
 	"github.com/berth-sh/berth/internal/testdaemon"
 )
 
-// The daemon gets its own bridge, subnet (10.27<ID>.0.0/16, 10.270 without
+// The daemon gets its own bridge, subnet (10.17<ID>.0.0/16, 10.170 without
 // an id) and run dir (BERTH_IT_ID picks a set, as in test/integration). Its data dir defaults to the integration
 // suite's so the base image is built once; the two never run at once.
 var (
 	itID    = os.Getenv("BERTH_IT_ID")
 	bridge  = "berthcp" + itID
-	subnet  = "10.27" + idDigit() + ".0.0/16"
+	subnet  = "10.17" + idDigit() + ".0.0/16"
 	runDir  = "/run/berth-cp" + itID
 	dataDir = envOr("BERTH_COMPAT_DATA", "/var/tmp/berth-it"+itID)
 )

@@ -42,7 +42,7 @@ var (
 	egHost   = "bxe" + itIDDigit() + "h"
 	egInet   = "bxe" + itIDDigit() + "i"
 	egBridge = "berthe" + itIDDigit()
-	egSubnet = "10.26" + itIDDigit() + ".0.0/16"
+	egSubnet = "10.18" + itIDDigit() + ".0.0/16"
 	egRunDir = "/run/berth-it" + itID + "e"
 )
 

@@ -28,7 +28,7 @@ import (
 // never touches a berth that runs on the same machine. BERTH_IT_ID (a digit)
 // gives a second checkout its own set, so two suites can run side by side;
 // its subnet is 10.21<ID>.0.0/16, 10.210 without an id. Each suite has its
-// own prefix (adversarial 10.22x, compat 10.27x, this suite's egress world 10.26x;
+// own prefix (adversarial 10.22x, compat 10.17x, this suite's egress world 10.18x;
 // the cluster hub is 10.24x, network unit tests use 10.231) and no id shares a digit
 // with the default, so a run with any id 1-9 never meets CI's.
 var (

@@ -90,7 +90,10 @@ func TestSnapshotsOnS3WithFaults(t *testing.T) {
 	}
 	px.Down.Store(false)
 
-	// First restore on this host downloads from S3 and verifies it.
+	// A first restore on a host that did not take the snapshot (this one
+	// forgets its adopted layers) downloads from S3 and verifies it.
+	dropAdopted(t, s1.SHA256)
+	dropAdopted(t, s2.SHA256)
 	gets := px.BlobGets.Load()
 	sandbox(t, api.CreateSandboxRequest{Name: "it-s3-r2", Snapshot: s2.ID})
 	if r := run(t, "it-s3-r2", "cat /home/user/f"); r.Stdout != "two\n" {
