@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -187,11 +188,28 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				}
 			}
 		}
-		if err := unix.Unmount(m.uppers, 0); err != nil {
+		if err := unmountBusyWait(m.uppers, 2*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m.uppers, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unmountBusyWait unmounts target, retrying while it is busy for up to
+// wait: a mount detached with MNT_DETACH (a layer image on the uppers
+// filesystem) lets go of its backing file only when its last user is
+// gone, and the kernel finishes that release asynchronously, so the
+// filesystem under it can stay busy for a moment after the sandboxes that
+// used it were unmounted.
+func unmountBusyWait(target string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Unmount(target, 0)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // RootfsPath is where Mount mounts the sandbox's rootfs.
