@@ -16,8 +16,14 @@ type Pool struct {
 	// (the member's limits are set at claim).
 	Instance  string `json:"instance,omitempty"`
 	Isolation string `json:"isolation"`
-	// Size is the configured number of members; Ready how many are up
-	// and frozen now; Starting how many are being started.
+	// Snapshot is the snapshot a snapshot pool's members start from (a
+	// create that restores it claims one); "" for an image pool.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Size is the number of members the pool aims for now: a fixed
+	// pool's configured size, an adaptive pool's current target (from
+	// its recent create rate, within its range), either capped by the
+	// node's pool memory budget. Ready how many are up and frozen now;
+	// Starting how many are being started.
 	Size     int `json:"size"`
 	Ready    int `json:"ready"`
 	Starting int `json:"starting"`
@@ -28,6 +34,14 @@ type Pool struct {
 	Misses   int64 `json:"misses"`
 	Refills  int64 `json:"refills"`
 	Failures int64 `json:"failures"`
+	// Shrinks counts idle members an adaptive pool (or a full memory
+	// budget) let go.
+	Shrinks int64 `json:"shrinks,omitempty"`
+	// RatePerMin is the pool's recent demand (claims and misses per
+	// minute, decaying with a one-minute time constant).
+	RatePerMin float64 `json:"ratePerMin"`
+	// Adaptive is an adaptive pool's range; nil for a fixed pool.
+	Adaptive *PoolRange `json:"adaptive,omitempty"`
 	// LastError is the last refill failure, kept until a refill succeeds;
 	// RetryAt when the next refill is due after it (backing off).
 	LastError string     `json:"lastError,omitempty"`
@@ -37,4 +51,10 @@ type Pool struct {
 // PoolList is the answer of GET /v1/pools.
 type PoolList struct {
 	Pools []Pool `json:"pools"`
+}
+
+// PoolRange is an adaptive pool's bounds.
+type PoolRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
 }

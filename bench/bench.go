@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,9 @@ type Options struct {
 	// PoolInstance adds the warm-pool scenario (pool.go): the daemon keeps
 	// a pool of Image with this instance type ("": skip).
 	PoolInstance string
+	// PoolBurst is the warm-pool scenario's burst (0: Burst); past the
+	// pool's size it measures admission control (per-status counts).
+	PoolBurst int
 	// Task runs the task benchmark instead (task.go, RunTask): app-ready
 	// of a generated Node + Python workspace from zero, a snapshot, a wake
 	// and the pool; Workspace sizes it (zero: DefaultWorkspace).
@@ -323,6 +327,7 @@ func printTable(out io.Writer, r Report) {
 			fmt.Fprintf(tw, "host memory per idle sandbox (MiB, MemAvailable drop / n)\t%.1f\t\t%d\t\n", *b.HostMiBPerSandbox, b.OK)
 		}
 		tw.Flush()
+		printStatus(out, b)
 		for _, e := range b.Errors {
 			fmt.Fprintf(out, "  failed: %s\n", e)
 		}
@@ -341,17 +346,56 @@ func printTable(out io.Writer, r Report) {
 			}
 			fmt.Fprintf(tw, "time to interactive from the pool\t%.1f\t%.1f\t%d\t%s\t%s\tp50 ≤ 15, p99 ≤ 40\n", p.TTI.P50, p.TTI.P99, p.TTI.N, vc, vr)
 		}
+		part := func(label string, s *Stat) {
+			if s != nil {
+				fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t%d\t\t\t\n", label, s.P50, s.P99, s.N)
+			}
+		}
+		part("of it: the create's answer", p.Create)
+		part("  of that: the claim's binding at the server (journal)", p.ClaimServer)
+		part("of it: the first node -v", p.FirstExec)
+		part("node -v again in the same sandbox (long-running)", p.SecondExec)
+		part("true in the same sandbox", p.SecondTrue)
 		if b := p.Burst; b != nil && b.TTI != nil {
-			fmt.Fprintf(tw, "%d creates at once from a full pool, each\t%.1f\t%.1f (last %.0f)\t%d\t\t\tall succeed, p50 ≤ 100, last ≤ 500\n", b.N, b.TTI.P50, b.TTI.P99, b.WallMs, b.OK)
+			what := "from a full pool"
+			if b.N > p.Size {
+				what = fmt.Sprintf("with a pool of %d", p.Size)
+			}
+			fmt.Fprintf(tw, "%d creates at once %s, each ready\t%.1f\t%.1f (last %.0f)\t%d\t\t\tall succeed, p50 ≤ 100, last ≤ 500\n", b.N, what, b.TTI.P50, b.TTI.P99, b.WallMs, b.OK)
+			part("of it: the create's answer", b.Create)
+			part("of it: the first node -v", b.FirstExec)
 		}
 		tw.Flush()
-		if p.Burst != nil {
-			for _, e := range p.Burst.Errors {
+		if b := p.Burst; b != nil {
+			printStatus(out, b)
+			for _, e := range b.Errors {
 				fmt.Fprintf(out, "  failed: %s\n", e)
 			}
 		}
 	}
 	if r.Baselines.Note != "" {
 		fmt.Fprintf(out, "\n%s\n", r.Baselines.Note)
+	}
+}
+
+// printStatus prints a burst's answers by status, its 429s' Retry-After
+// and the sandboxes it left half-made.
+func printStatus(out io.Writer, b *BurstReport) {
+	codes := make([]string, 0, len(b.Status))
+	for k := range b.Status {
+		codes = append(codes, k)
+	}
+	sort.Strings(codes)
+	var parts []string
+	for _, k := range codes {
+		parts = append(parts, fmt.Sprintf("%s × %d", k, b.Status[k]))
+	}
+	fmt.Fprintf(out, "  answers: %s", strings.Join(parts, ", "))
+	if b.RetryAfterS != nil {
+		fmt.Fprintf(out, "; Retry-After %.0f-%.0f s (p50 %.0f)", b.RetryAfterS.Min, b.RetryAfterS.Max, b.RetryAfterS.P50)
+	}
+	fmt.Fprintf(out, "; 429 without Retry-After: %d; half-made sandboxes: %d\n", b.RetryAfterMissing, len(b.HalfMade))
+	for _, h := range b.HalfMade {
+		fmt.Fprintf(out, "  half-made: %s\n", h)
 	}
 }

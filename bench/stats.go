@@ -37,3 +37,12 @@ func summarize(d []time.Duration) *Stat {
 }
 
 func round(v float64) float64 { return math.Round(v*100) / 100 }
+
+// summarizeSeconds is summarize in seconds instead of milliseconds.
+func summarizeSeconds(d []time.Duration) *Stat {
+	scaled := make([]time.Duration, len(d))
+	for i, v := range d {
+		scaled[i] = v / 1000
+	}
+	return summarize(scaled)
+}

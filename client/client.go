@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -174,6 +175,18 @@ func unwrapURLError(err error) error {
 // decodeError turns an error response into an errdefs error, reading at
 // most maxErrorBody bytes.
 func decodeError(res *http.Response) error {
+	err := decodeErrorBody(res)
+	// A refusal that says when to come back (a full start queue: 429
+	// with Retry-After) keeps it: errdefs.RetryAfter reads it.
+	if ra := res.Header.Get("Retry-After"); ra != "" {
+		if s, perr := strconv.Atoi(strings.TrimSpace(ra)); perr == nil && s >= 0 {
+			return &errdefs.Later{Err: err, After: time.Duration(s) * time.Second}
+		}
+	}
+	return err
+}
+
+func decodeErrorBody(res *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
 	var e api.Error
 	if json.Unmarshal(b, &e) == nil && e.Code != "" {

@@ -77,6 +77,10 @@ type Config struct {
 	// (local.ParsePoolSpec; berth serve --pool), after the operator
 	// policy's.
 	Pools []string
+	// PoolMemoryMiB bounds the memory all warm pools' idle members may
+	// hold, each counted at local.DefaultPoolMemberMiB (berth serve
+	// --pool-memory); 0: no budget.
+	PoolMemoryMiB int64
 	// StartLimit, StartQueue and StartWait bound bursts of starts
 	// (local.GateConfig): how many run at once (default 2 per CPU), how
 	// many may wait (default 1024; -1 none) and for how long (default

@@ -249,6 +249,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		Logf:             w.Logf,
 		NodeName:         w.NodeName,
 		Gate:             local.GateConfig{Limit: cfg.StartLimit, MaxQueue: cfg.StartQueue, MaxWait: cfg.StartWait},
+		PoolMemoryMiB:    cfg.PoolMemoryMiB,
 	}
 	if mc.Pools, err = poolSpecs(*cfg, w.Policy); err != nil {
 		return nil, err

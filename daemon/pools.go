@@ -17,13 +17,13 @@ func poolSpecs(cfg Config, pol *policy.Policy) ([]local.PoolSpec, error) {
 	}
 	raw = append(raw, cfg.Pools...)
 	var out []local.PoolSpec
-	at := map[[3]string]int{}
+	at := map[[4]string]int{}
 	for _, r := range raw {
 		p, err := local.ParsePoolSpec(r)
 		if err != nil {
 			return nil, err
 		}
-		k := [3]string{p.Image, p.Instance, p.Isolation}
+		k := [4]string{p.Image, p.Instance, p.Isolation, p.Snapshot}
 		if i, ok := at[k]; ok {
 			out[i] = p
 			continue

@@ -42,6 +42,7 @@ Examples:
   berth bench --n 20 --snapshots
   berth bench --n 10 --burst 100     # also: 100 sandboxes at once, then their idle footprint
   berth bench --n 50 --burst 100 --pool standard-3   # with berth serve --pool debian-trixie=100,instance=standard-3
+  berth bench --n 5 --burst 100 --pool standard-3 --pool-burst 1000   # and 1,000 at once against that pool of 100
 
 With --cluster it measures a cluster instead, through the API URLs of its
 members (the same API key for all): exec through the member that runs the
@@ -158,7 +159,8 @@ is reported as a ratio to Docker's.
 	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
 	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")
 	f.StringVar(&o.Isolation, "isolation", "", "isolation of the measured sandboxes: runc (default) or gvisor")
-	f.StringVar(&o.PoolInstance, "pool", "", "add the warm-pool scenario: TTI of creates that claim a member of the daemon's pool of --image with this instance type (start it with 'berth serve --pool debian-trixie=100,instance=TYPE', a type other than --instance so the cold figures stay cold), and with --burst N ≤ the pool's size, N creates at once from a full pool")
+	f.StringVar(&o.PoolInstance, "pool", "", "add the warm-pool scenario: TTI of creates that claim a member of the daemon's pool of --image with this instance type (start it with 'berth serve --pool debian-trixie=100,instance=TYPE', a type other than --instance so the cold figures stay cold), and with --burst or --pool-burst N, N creates at once from a pool as full as it gets")
+	f.IntVar(&o.PoolBurst, "pool-burst", 0, "with --pool: creates at once in the warm-pool scenario (default --burst); past the pool's size the excess starts cold, waits for a start slot or is answered 429 with Retry-After (berth serve --start-limit, --start-queue, --start-wait), and the report counts the answers by status and looks for half-made sandboxes")
 	f.IntVar(&o.DaemonPid, "daemon-pid", 0, "pid of the berth serve measured (same host): adds its own CPU time, with the runc commands it ran, to the CPU figures (host-wide CPU is always reported)")
 	f.StringVar(&o.SandboxCgroup, "sandbox-cgroup", "", "cgroup dir above the measured daemon's sandboxes (/sys/fs/cgroup/<run-dir base name>, or /sys/fs/cgroup/cpuacct/<name> on cgroup v1): adds their CPU time to the CPU figures")
 	f.BoolVar(&o.Task, "task", false, "run the task benchmark instead: time to shell, deps present and the dev server answering through its preview URL, from zero, a snapshot, a wake and the pool (see above)")

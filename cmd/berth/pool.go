@@ -61,7 +61,7 @@ func printPools(w io.Writer, pools []api.Pool) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "IMAGE\tINSTANCE\tREADY\tSTARTING\tCLAIMS\tMISSES\tREFILLS\tFAILURES\tERROR")
+	fmt.Fprintln(tw, "IMAGE\tINSTANCE\tSIZE\tREADY\tSTARTING\tCLAIMS\tMISSES\tREFILLS\tFAILURES\tRATE/MIN\tERROR")
 	for _, p := range pools {
 		inst := p.Instance
 		if inst == "" {
@@ -71,7 +71,15 @@ func printPools(w io.Writer, pools []api.Pool) error {
 		if p.RetryAt != nil {
 			errText += fmt.Sprintf(" (retry in %s)", time.Until(*p.RetryAt).Round(100*time.Millisecond))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Image, inst, p.Ready, p.Size, p.Starting, p.Claims, p.Misses, p.Refills, p.Failures, errText)
+		img := p.Image
+		if p.Snapshot != "" {
+			img += " (snapshot " + p.Snapshot + ")"
+		}
+		size := "fixed"
+		if p.Adaptive != nil {
+			size = fmt.Sprintf("adaptive %d-%d", p.Adaptive.Min, p.Adaptive.Max)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", img, inst, size, p.Ready, p.Size, p.Starting, p.Claims, p.Misses, p.Refills, p.Failures, p.RatePerMin, errText)
 	}
 	return tw.Flush()
 }

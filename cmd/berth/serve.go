@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -8,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/daemon"
+	"github.com/berth-sh/berth/node/local"
 )
 
 // runDaemon is a variable so tests can check the flag wiring without
@@ -143,7 +145,8 @@ Examples:
 	f.DurationVar(&cfg.Member.Stale, "node-stale", 10*time.Second, "a node whose last heartbeat is older than this is stale: it takes no new sandboxes")
 	f.DurationVar(&cfg.Member.OwnerCache, "route-owner-cache", forward.DefaultOwnerCacheAge, "how long a request for a sandbox running on another node is routed by the owner last read, without reading its record (the owner checks and refuses one it no longer owns; the request is then routed again); 0 reads the record on every request")
 	f.DurationVar(&cfg.Member.NodeCache, "route-node-cache", forward.DefaultNodeCacheAge, "how old the owner's node entry (address, heartbeat, draining) a request is routed by may be; 0 reads it on every request")
-	f.StringArrayVar(&cfg.Pools, "pool", nil, "warm pool IMAGE=SIZE[,instance=TYPE] (repeatable): keep SIZE sandboxes of IMAGE started and frozen, so that a matching create claims one in milliseconds (with instance=TYPE only creates of that type match; without, every type, its limits set at claim); e.g. --pool debian-trixie=4 --pool python=2,instance=basic")
+	f.StringArrayVar(&cfg.Pools, "pool", nil, "warm pool IMAGE=SIZE[,instance=TYPE][,snapshot=ID] or IMAGE=adaptive,max=N[,min=N][,instance=TYPE][,snapshot=ID] (repeatable): keep SIZE sandboxes of IMAGE started and frozen, so that a matching create claims one in milliseconds (with instance=TYPE only creates of that type match; without, every type, its limits set at claim); an adaptive pool sizes itself from its recent create rate (a minute's worth of creates at that rate), from min (default 0) to max; with snapshot=ID the members start from that snapshot (taken on IMAGE) and serve only creates that restore it; e.g. --pool debian-trixie=4 --pool python=2,instance=basic --pool debian-trixie=adaptive,min=2,max=100,instance=standard-3")
+	f.Int64Var(&cfg.PoolMemoryMiB, "pool-memory", 0, fmt.Sprintf("MiB that all warm pools' idle members may hold, each counted at %d MiB (the host memory an idle sandbox was measured to take); pools that would exceed it stay smaller, and shrink when it is reached; 0: no budget", local.DefaultPoolMemberMiB))
 	f.IntVar(&cfg.StartLimit, "start-limit", 0, "most sandbox starts (creates and wakes; warm pool claims excluded) that run at once; more wait in a queue fair between tenants (default 2 per CPU)")
 	f.IntVar(&cfg.StartQueue, "start-queue", 1024, "most starts that may wait for a slot; more are answered 429 with Retry-After (-1: none wait)")
 	f.DurationVar(&cfg.StartWait, "start-wait", 30*time.Second, "longest a start waits for a slot before it is answered 429 with Retry-After")

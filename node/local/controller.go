@@ -95,6 +95,10 @@ type Config struct {
 	// (default 1 s, doubling to a minute).
 	Pools       []PoolSpec
 	PoolBackoff time.Duration
+	// PoolMemoryMiB bounds the memory all pools' members may hold
+	// (pool_size.go), each counted at PoolMemberMiB (default
+	// DefaultPoolMemberMiB); 0: no budget.
+	PoolMemoryMiB, PoolMemberMiB int64
 	// Gate bounds how many starts run at once and how many wait (gate.go).
 	Gate GateConfig
 }
@@ -433,6 +437,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			return api.Sandbox{}, false, err
 		}
 		defer release()
+		m.bindReserved(a)
 		if err := m.save(ctx, a); err != nil {
 			m.drop(a)
 			return api.Sandbox{}, false, err

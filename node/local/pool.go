@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/store"
 )
 
 // The warm pool (issue 15): per (image, isolation[, instance type]) a
@@ -39,30 +41,70 @@ type PoolSpec struct {
 	// Isolation is api.IsolationRunc (the default; gVisor sandboxes are
 	// not pooled: their hostname cannot be set from the host).
 	Isolation string
-	// Size is how many members the pool keeps ready.
+	// Size is how many members a fixed pool keeps ready.
 	Size int
+	// Adaptive pools size themselves from their recent create rate
+	// (pool_size.go), from Min to Max members.
+	Adaptive bool
+	Min, Max int
+	// Snapshot, if set, starts the members from this snapshot (its
+	// layers as read-only lowers over Image, which must be the image it
+	// was taken on), and only a create that restores it claims one.
+	Snapshot string
 }
 
 // ParsePoolSpec parses berth serve's --pool value:
 //
-//	IMAGE=SIZE[,instance=TYPE][,isolation=runc]
+//	IMAGE=SIZE[,instance=TYPE][,isolation=runc][,snapshot=ID]
+//	IMAGE=adaptive,max=N[,min=N][,instance=TYPE][,isolation=runc][,snapshot=ID]
 //
-// e.g. "debian-trixie=4" or "debian-trixie=8,instance=basic". IMAGE is a
-// name or a digest (it may hold ':' and '/', never '=' or ',').
+// e.g. "debian-trixie=4", "debian-trixie=8,instance=basic" or
+// "debian-trixie=adaptive,min=2,max=100". IMAGE is a name or a digest (it
+// may hold ':' and '/', never '=' or ',').
 func ParsePoolSpec(s string) (PoolSpec, error) {
 	parts := strings.Split(s, ",")
 	img, size, ok := strings.Cut(parts[0], "=")
 	if !ok || img == "" {
-		return PoolSpec{}, errdefs.InvalidArgument("pool %q: want IMAGE=SIZE[,instance=TYPE][,isolation=runc]", s)
+		return PoolSpec{}, errdefs.InvalidArgument("pool %q: want IMAGE=SIZE[,instance=TYPE][,isolation=runc] or IMAGE=adaptive,max=N[,min=N][,...]", s)
 	}
-	n, err := strconv.Atoi(size)
-	if err != nil || n < 0 || n > maxPoolSize {
-		return PoolSpec{}, errdefs.InvalidArgument("pool %q: size must be a number from 0 to %d", s, maxPoolSize)
+	p := PoolSpec{Image: img, Isolation: api.IsolationRunc}
+	count := func(what, v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxPoolSize {
+			return 0, errdefs.InvalidArgument("pool %q: %s must be a number from 0 to %d", s, what, maxPoolSize)
+		}
+		return n, nil
 	}
-	p := PoolSpec{Image: img, Size: n, Isolation: api.IsolationRunc}
+	if size == "adaptive" {
+		p.Adaptive, p.Max = true, -1
+	} else {
+		n, err := count("size", size)
+		if err != nil {
+			return PoolSpec{}, err
+		}
+		p.Size = n
+	}
 	for _, kv := range parts[1:] {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
+		case "snapshot":
+			if err := validSnapshotID(v); err != nil {
+				return PoolSpec{}, errdefs.InvalidArgument("pool %q: snapshot: %v", s, err)
+			}
+			p.Snapshot = v
+		case "min", "max":
+			if !p.Adaptive {
+				return PoolSpec{}, errdefs.InvalidArgument("pool %q: %s= is for an adaptive pool (IMAGE=adaptive,max=N)", s, k)
+			}
+			n, err := count(k, v)
+			if err != nil {
+				return PoolSpec{}, err
+			}
+			if k == "min" {
+				p.Min = n
+			} else {
+				p.Max = n
+			}
 		case "instance":
 			if _, _, err := resolveInstance(v, nil); err != nil || v == "" || v == "custom" {
 				return PoolSpec{}, errdefs.InvalidArgument("pool %q: unknown instance type %q", s, v)
@@ -76,7 +118,15 @@ func ParsePoolSpec(s string) (PoolSpec, error) {
 				return PoolSpec{}, errdefs.InvalidArgument("pool %q: only isolation %q is pooled", s, api.IsolationRunc)
 			}
 		default:
-			return PoolSpec{}, errdefs.InvalidArgument("pool %q: unknown option %q (want instance= or isolation=)", s, k)
+			return PoolSpec{}, errdefs.InvalidArgument("pool %q: unknown option %q (want instance=, isolation=, snapshot=, or min= and max= with adaptive)", s, k)
+		}
+	}
+	if p.Adaptive {
+		if p.Max < 0 {
+			return PoolSpec{}, errdefs.InvalidArgument("pool %q: an adaptive pool needs max=N, its most members", s)
+		}
+		if p.Min > p.Max {
+			return PoolSpec{}, errdefs.InvalidArgument("pool %q: min=%d is above max=%d", s, p.Min, p.Max)
 		}
 	}
 	return p, nil
@@ -109,6 +159,10 @@ type member struct {
 	userns   IDRange
 	att      Attachment
 	internet bool // the raw internet switch its netns was set up with
+	// snapshot and chain: the snapshot its rootfs stands on (its chain's
+	// layers are lowers after the image's), "" for none.
+	snapshot string
+	chain    []store.Layer
 	res      api.Resources
 	agent    *agentclient.Client
 	pool     *pool
@@ -121,11 +175,12 @@ type pool struct {
 	digest   string
 	idle     []*member
 	starting int
-	fails    int // consecutive refill failures
+	fails    int    // consecutive refill failures
+	demand   demand // creates that matched it (claims and misses)
 	lastErr  string
 	retryAt  time.Time
 	// counters (api.Pool)
-	claims, misses, refills, failures int64
+	claims, misses, refills, failures, shrinks int64
 }
 
 // pools are this node's warm pools and their refill loop.
@@ -174,6 +229,26 @@ func (ps *pools) holdsUID(h uint32) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	return ps.uids[h]
+}
+
+// usesSnapshot reports whether a member's rootfs stands on snapshot id
+// (a layer of its chain).
+func (ps *pools) usesSnapshot(id string) bool {
+	if ps == nil {
+		return false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.list {
+		for _, mb := range p.idle {
+			for _, l := range mb.chain {
+				if l.ID == id {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // usesImage reports whether a member runs on digest.
@@ -250,9 +325,25 @@ func (ps *pools) refillOne(ctx context.Context) time.Duration {
 	now := time.Now()
 	ps.mu.Lock()
 	var pick *pool
+	pickLack := 0
 	wait := time.Hour
+	quiet := time.Duration(now.UnixNano() - ps.lastClaim.Load())
 	for _, p := range ps.list {
-		lack := p.spec.Size - len(p.idle) - p.starting
+		target := ps.targetLocked(p, now)
+		if p.spec.Adaptive || ps.m.budgetMembers() >= 0 {
+			wait = min(wait, poolResize) // the target moves with time
+		}
+		if len(p.idle) > target && quiet >= poolResize {
+			// Shrink by one, the member idle longest, once claims have
+			// been quiet for a while (not in the middle of a burst).
+			mb := p.idle[0]
+			p.idle = p.idle[1:]
+			p.shrinks++
+			ps.mu.Unlock()
+			ps.m.discardMember(context.WithoutCancel(ctx), mb)
+			return 0
+		}
+		lack := target - len(p.idle) - p.starting
 		if lack <= 0 {
 			continue
 		}
@@ -262,8 +353,8 @@ func (ps *pools) refillOne(ctx context.Context) time.Duration {
 			}
 			continue
 		}
-		if pick == nil || lack > pick.spec.Size-len(pick.idle)-pick.starting {
-			pick = p
+		if pick == nil || lack > pickLack {
+			pick, pickLack = p, lack
 		}
 	}
 	if pick == nil {
@@ -366,6 +457,7 @@ func (ps *pools) take(spec func(s PoolSpec, digest string) bool, ok func(*member
 			}
 			p.idle = append(p.idle[:i:i], p.idle[i+1:]...)
 			p.claims++
+			p.demand.add(time.Now())
 			ps.lastClaim.Store(time.Now().UnixNano())
 			return mb
 		}
@@ -375,6 +467,7 @@ func (ps *pools) take(spec func(s PoolSpec, digest string) bool, ok func(*member
 	}
 	if empty != nil {
 		empty.misses++
+		empty.demand.add(time.Now())
 	}
 	return nil
 }
@@ -395,11 +488,16 @@ func (m *Manager) Pools() []api.Pool {
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	now := time.Now()
 	out := make([]api.Pool, 0, len(ps.list))
 	for _, p := range ps.list {
-		v := api.Pool{Node: m.nodeID(), Image: p.spec.Image, Digest: p.digest, Instance: p.spec.Instance, Isolation: p.spec.Isolation,
-			Size: p.spec.Size, Ready: len(p.idle), Starting: p.starting,
-			Claims: p.claims, Misses: p.misses, Refills: p.refills, Failures: p.failures, LastError: p.lastErr}
+		v := api.Pool{Node: m.nodeID(), Image: p.spec.Image, Digest: p.digest, Instance: p.spec.Instance, Isolation: p.spec.Isolation, Snapshot: p.spec.Snapshot,
+			Size: ps.targetLocked(p, now), Ready: len(p.idle), Starting: p.starting,
+			Claims: p.claims, Misses: p.misses, Refills: p.refills, Failures: p.failures, Shrinks: p.shrinks, LastError: p.lastErr,
+			RatePerMin: math.Round(p.demand.perSecond(now)*60*100) / 100}
+		if p.spec.Adaptive {
+			v.Adaptive = &api.PoolRange{Min: p.spec.Min, Max: p.spec.Max}
+		}
 		if !p.retryAt.IsZero() {
 			at := p.retryAt.UTC()
 			v.RetryAt = &at

@@ -29,11 +29,12 @@ func (m *Manager) startFresh(ctx context.Context, a *actor, fresh bool) error {
 }
 
 // takeFor takes a member of a pool that serves a fresh start of rec: same
-// image digest and isolation, the pool's instance type if it names one, no
-// snapshot, and a raw internet switch the member has or the network can
-// change. nil if none; the refill loop is woken either way.
+// image digest and isolation, the pool's instance type if it names one,
+// the same snapshot (or none on both sides), and a raw internet switch
+// the member has or the network can change. nil if none; the refill loop
+// is woken either way.
 func (ps *pools) takeFor(ctx context.Context, m *Manager, rec *store.Sandbox) *member {
-	if rec.Snapshot != "" || isolationOf(*rec) != api.IsolationRunc {
+	if isolationOf(*rec) != api.IsolationRunc || rec.PersistSnapshot != "" {
 		return nil
 	}
 	if _, ok := m.cfg.Runtime.(PoolRuntime); !ok {
@@ -49,12 +50,25 @@ func (ps *pools) takeFor(ctx context.Context, m *Manager, rec *store.Sandbox) *m
 	})
 	mb := ps.take(func(s PoolSpec, digest string) bool {
 		return s.Isolation == isolationOf(*rec) && (s.Instance == "" || s.Instance == rec.Instance) &&
-			(digest == "" || digest == img.Digest)
+			(digest == "" || digest == img.Digest) && s.Snapshot == rec.Snapshot
 	}, func(mb *member) bool {
-		return mb.digest == img.Digest && (mb.internet == internet || canSwitch)
+		return mb.digest == img.Digest && (mb.internet == internet || canSwitch) &&
+			mb.snapshot == rec.Snapshot && sameChain(mb.chain, rec.Chain)
 	})
 	ps.wake() // refill behind the claim
 	return mb
+}
+
+func sameChain(a, b []store.Layer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].SHA256 != b[i].SHA256 {
+			return false
+		}
+	}
+	return true
 }
 
 // reserveWarm holds mb for name's start (admit); returnWarm gives it back
@@ -110,9 +124,16 @@ func (m *Manager) claim(ctx context.Context, a *actor) (bool, error) {
 	base := context.WithoutCancel(ctx)
 	ctx, cancel := context.WithTimeout(base, m.cfg.StartTimeout)
 	defer cancel()
+	// The create saved its record with the member's id and id range
+	// already (bindReserved); a cold start after a failed claim gets an
+	// id of its own.
+	persisted := a.exists && rec.ID == mb.id
 	coldID := rec.ID
+	if coldID == mb.id {
+		coldID = newID()
+	}
 	rec.ID, rec.HostUID, rec.ImageDigest = mb.id, mb.userns.HostID, mb.digest
-	if err := m.bind(ctx, a, pr, mb); err != nil {
+	if err := m.bind(ctx, a, pr, mb, persisted); err != nil {
 		m.cfg.Logf("sandbox %s: warm pool member %s: %v; starting cold", a.name, mb.id, err)
 		a.agent = nil
 		if m.cfg.Egress != nil {
@@ -131,29 +152,89 @@ func (m *Manager) claim(ctx context.Context, a *actor) (bool, error) {
 	return true, nil
 }
 
-// bind is claim's late binding; see claim.
-func (m *Manager) bind(ctx context.Context, a *actor, pr PoolRuntime, mb *member) error {
+// bindReserved gives a fresh record the id, host id range and image
+// digest of the warm pool member its admit reserved, if any, so that the
+// create's first save already holds them (claim then saves only when the
+// sandbox runs). Callers hold a.mu.
+func (m *Manager) bindReserved(a *actor) {
+	ps := m.pools
+	if ps == nil {
+		return
+	}
+	ps.mu.Lock()
+	mb := ps.reserved[a.name]
+	ps.mu.Unlock()
+	if mb != nil {
+		a.rec.ID, a.rec.HostUID, a.rec.ImageDigest = mb.id, mb.userns.HostID, mb.digest
+	}
+}
+
+// bind is claim's late binding; see claim. persisted: the record is saved
+// with the member's id and id range already.
+func (m *Manager) bind(ctx context.Context, a *actor, pr PoolRuntime, mb *member, persisted bool) error {
 	rec := &a.rec
 	pol := policyOf(*rec)
 	internet := m.rawInternet(pol)
 	// The record holds the member's id and id range before anything of
 	// it changes: a crash from here on leaves a starting record that
 	// Reconcile cleans like any interrupted start.
-	if err := m.save(ctx, a); err != nil {
-		return err
+	if !persisted {
+		if err := m.save(ctx, a); err != nil {
+			return err
+		}
 	}
 	if mb.userns.HostID != 0 {
 		m.pools.releaseUID(mb.userns.HostID)
 	}
 	failpoint.Hit("pool.claim-persisted")
-	dir := m.sandboxDir(mb.id)
-	bundle := filepath.Join(dir, "bundle")
 	if err := pr.Thaw(ctx, mb.id); err != nil {
 		return fmt.Errorf("thaw: %w", err)
 	}
 	// The agent may close a connection it held idle through the freeze
 	// as soon as it runs again: talk to it on a fresh one.
 	mb.agent.Close()
+	// The agent's one-time identity bind (the environment of later
+	// execs) runs while the host-side steps below do: it needs only the
+	// thawed agent, and nothing of the sandbox is handed out before all
+	// of them are done. Every return below waits for it.
+	var extraEnv map[string]string
+	if m.cfg.Egress != nil {
+		extraEnv = egress.SandboxEnv()
+	}
+	a.agent = mb.agent
+	env := sandboxEnv(mb.imgEnv, extraEnv, rec.Env, a.name)
+	idDone := make(chan error, 1)
+	go func() { idDone <- mb.agent.BindIdentity(ctx, env) }()
+	if err := m.bindHost(ctx, a, pr, mb, internet, pol); err != nil {
+		<-idDone
+		return err
+	}
+	if err := <-idDone; err != nil {
+		return fmt.Errorf("bind the agent's identity: %w", err)
+	}
+	// The member's posture was verified at its start; check it again on
+	// the process that now serves this sandbox.
+	if err := m.cfg.Runtime.Verify(ctx, mb.id, filepath.Join(m.sandboxDir(mb.id), "bundle")); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	rec.State, rec.StartedAt, rec.OOMKilled = api.StateRunning, now, false
+	rec.RunID = newArtifactID("run_")
+	rec.IP = mb.att.IP.String()
+	m.touch(a)
+	if err := m.save(ctx, a); err != nil {
+		rec.State = api.StateStarting
+		return err
+	}
+	return nil
+}
+
+// bindHost is bind's host-side steps: limits, disk, raw internet, egress,
+// /etc files and the hostname.
+func (m *Manager) bindHost(ctx context.Context, a *actor, pr PoolRuntime, mb *member, internet bool, pol api.NetworkPolicy) error {
+	rec := &a.rec
+	dir := m.sandboxDir(mb.id)
+	bundle := filepath.Join(dir, "bundle")
 	r := rec.Resources
 	if err := pr.Resize(ctx, mb.id, int64(r.VCPU*1000), r.MemoryMiB<<20, pidsLimit(r)); err != nil {
 		return fmt.Errorf("resize: %w", err)
@@ -175,35 +256,15 @@ func (m *Manager) bind(ctx context.Context, a *actor, pr PoolRuntime, mb *member
 			return fmt.Errorf("network: %w", err)
 		}
 	}
-	var extraEnv map[string]string
 	if m.cfg.Egress != nil {
 		if err := m.cfg.Egress.Attach(a.name, mb.att.IP, pol); err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
-		extraEnv = egress.SandboxEnv()
 	}
 	if err := m.writeEtc(filepath.Join(dir, "etc"), a.name, mb.att, rec.Internet || m.cfg.Egress != nil); err != nil {
 		return err
 	}
 	if err := pr.SetHostname(mb.id, bundle, a.name); err != nil {
-		return err
-	}
-	a.agent = mb.agent
-	if err := mb.agent.BindIdentity(ctx, sandboxEnv(mb.imgEnv, extraEnv, rec.Env, a.name)); err != nil {
-		return fmt.Errorf("bind the agent's identity: %w", err)
-	}
-	// The member's posture was verified at its start; check it again on
-	// the process that now serves this sandbox.
-	if err := m.cfg.Runtime.Verify(ctx, mb.id, bundle); err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	rec.State, rec.StartedAt, rec.OOMKilled = api.StateRunning, now, false
-	rec.RunID = newArtifactID("run_")
-	rec.IP = mb.att.IP.String()
-	m.touch(a)
-	if err := m.save(ctx, a); err != nil {
-		rec.State = api.StateStarting
 		return err
 	}
 	return nil

@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/berth-sh/berth/agent/wire"
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/egress"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/weaken"
 )
@@ -38,6 +40,33 @@ func (m *Manager) startMember(ctx context.Context, spec PoolSpec) (mb *member, e
 			m.discardMember(context.WithoutCancel(ctx), mb)
 		}
 	}()
+	if spec.Snapshot != "" {
+		// The same lowers as a cold restore of it (lifecycle.go's start:
+		// the image's layers, then the chain's mounted images).
+		if err := m.snapshotsReady(); err != nil {
+			return mb, memberErr("snapshot", err)
+		}
+		sn, err := m.st.GetSnapshot(ctx, spec.Snapshot)
+		if err != nil {
+			return mb, memberErr("snapshot", err)
+		}
+		if sn.BaseImageDigest != img.Digest {
+			return mb, memberErr("snapshot", errdefs.FailedPrecondition("snapshot %s was taken on image %s, but the pool's %q is %s", sn.ID, sn.BaseImageDigest, spec.Image, img.Digest))
+		}
+		dirs, err := m.chainDirs(ctx, sn.Chain)
+		if err != nil {
+			return mb, memberErr("snapshot layers", err)
+		}
+		ttl := sn.TTL
+		if ttl <= 0 {
+			ttl = defaultSnapshotTTL
+		}
+		if err := m.st.TouchSnapshot(ctx, sn.ID, time.Now().Add(ttl)); err != nil {
+			return mb, memberErr("snapshot", err)
+		}
+		mb.lowers = append(mb.lowers, dirs...)
+		mb.snapshot, mb.chain = sn.ID, sn.Chain
+	}
 	if !weaken.Off(weaken.UserNS) {
 		h, err := m.allocatePoolUID(ctx)
 		if err != nil {

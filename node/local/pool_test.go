@@ -36,6 +36,16 @@ func TestParsePoolSpec(t *testing.T) {
 		{in: "debian-trixie=1,instance=custom", bad: true},
 		{in: "debian-trixie=1,isolation=gvisor", bad: true},
 		{in: "debian-trixie=1,color=red", bad: true},
+		{in: "debian-trixie=adaptive,max=100", want: PoolSpec{Image: "debian-trixie", Adaptive: true, Max: 100, Isolation: api.IsolationRunc}},
+		{in: "debian-trixie=adaptive,min=2,max=8,instance=basic", want: PoolSpec{Image: "debian-trixie", Adaptive: true, Min: 2, Max: 8, Instance: "basic", Isolation: api.IsolationRunc}},
+		{in: "debian-trixie=adaptive", bad: true},             // no max
+		{in: "debian-trixie=adaptive,min=9,max=8", bad: true}, // min above max
+		{in: "debian-trixie=adaptive,max=1001", bad: true},    // beyond a pool's bound
+		{in: "debian-trixie=4,max=8", bad: true},              // max= on a fixed pool
+		{in: "debian-trixie=adaptive,max=x", bad: true},
+		{in: "debian-trixie=2,snapshot=snap_0a1b", want: PoolSpec{Image: "debian-trixie", Size: 2, Snapshot: "snap_0a1b", Isolation: api.IsolationRunc}},
+		{in: "debian-trixie=2,snapshot=../x", bad: true},
+		{in: "debian-trixie=2,snapshot=", bad: true},
 	} {
 		got, err := ParsePoolSpec(c.in)
 		if c.bad {

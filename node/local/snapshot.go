@@ -317,6 +317,9 @@ func (m *Manager) snapshotUsers(ctx context.Context, id string) ([]string, error
 	if err != nil {
 		return nil, err
 	}
+	if m.pools.usesSnapshot(id) {
+		users = append(users, "warm pool members")
+	}
 	for _, s := range append(snaps, expired...) {
 		if s.ID == id {
 			continue

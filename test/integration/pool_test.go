@@ -5,14 +5,19 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // poolProbe is what TestPoolClaimedLikeCold compares, read from inside
@@ -211,4 +216,211 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestPoolBurstBeyondBound: 40 creates at once against a pool of 4, one
+// start slot and a queue of 2. The pool serves 4 at once, the slot and
+// the queue a few more, and the rest are refused; no create is answered
+// 5xx, every 429 carries Retry-After, every sandbox that exists right
+// after the burst is one whose create succeeded and it runs, the refused
+// ones do not exist, and once the created ones are destroyed and the pool
+// has refilled the host holds just the pool's members.
+func TestPoolBurstBeyondBound(t *testing.T) {
+	const size, n = 4, 40
+	d.stop()
+	d = nil
+	t.Cleanup(func() {
+		if d != nil {
+			d.stop()
+		}
+		var err error
+		if d, err = startDaemon(nil); err != nil {
+			t.Errorf("restart the suite's daemon: %v", err)
+		}
+	})
+	var err error
+	if d, err = startDaemon(nil, "--pool", "debian-trixie="+strconv.Itoa(size),
+		"--start-limit", "1", "--start-queue", "2", "--start-wait", "20s"); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, size)
+	ctx := context.Background()
+	key := readKey(t)
+	type answer struct {
+		name   string
+		status int
+		retry  string
+		body   string
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := &answers[i]
+			a.name = fmt.Sprintf("it-pool-burst-%d", i)
+			body := fmt.Sprintf(`{"name":%q}`, a.name)
+			req, _ := http.NewRequest("POST", "http://"+d.listen+"/v1/sandboxes", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			<-start
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				a.body = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			a.status, a.retry, a.body = resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, a := range answers {
+			_ = d.c.Destroy(context.Background(), a.name)
+		}
+	})
+	created, refused := map[string]bool{}, map[string]bool{}
+	counts := map[int]int{}
+	for _, a := range answers {
+		counts[a.status]++
+		switch {
+		case a.status == http.StatusCreated:
+			created[a.name] = true
+		case a.status == http.StatusTooManyRequests:
+			refused[a.name] = true
+			if s, err := strconv.Atoi(a.retry); err != nil || s < 1 {
+				t.Errorf("%s: 429 with Retry-After %q: %s", a.name, a.retry, a.body)
+			}
+		default:
+			t.Errorf("%s: answered %d: %s", a.name, a.status, a.body)
+		}
+	}
+	t.Logf("answers by status: %v", counts)
+	if len(created) < size {
+		t.Errorf("%d creates succeeded, want at least the pool's %d", len(created), size)
+	}
+	if len(refused) == 0 {
+		t.Errorf("no create was refused: the bound (1 slot, queue of 2) did not hold")
+	}
+	// Right after the burst: what exists is exactly what was created, and
+	// it runs.
+	list, err := d.c.List(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, sb := range list {
+		if !strings.HasPrefix(sb.Name, "it-pool-burst-") {
+			continue
+		}
+		seen[sb.Name] = true
+		if !created[sb.Name] || sb.State != api.StateRunning {
+			t.Errorf("half-made: %s is %s (its create answered %v)", sb.Name, sb.State, created[sb.Name])
+		}
+	}
+	for name := range created {
+		if !seen[name] {
+			t.Errorf("%s was created but is not listed", name)
+		}
+	}
+	for name := range refused {
+		if _, err := d.c.Get(ctx, name); !errdefs.IsKind(err, errdefs.ErrNotFound) {
+			t.Errorf("refused %s: get = %v, want not found", name, err)
+		}
+	}
+	// Nothing left behind: with the created ones gone and the pool full
+	// again, the host holds the pool's members and nothing else.
+	for name := range created {
+		if err := d.c.Destroy(ctx, name); err != nil {
+			t.Errorf("destroy %s: %v", name, err)
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		p := pools(t)[0]
+		if p.Ready == size && p.Starting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not refill: %+v", p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c := takeCensus(t)
+	if len(c.Containers) != size || len(c.Netns) != size {
+		t.Errorf("after the burst, %d containers and %d netns, want the pool's %d: %+v", len(c.Containers), len(c.Netns), size, c)
+	}
+	if list, _ := d.c.List(ctx, "", nil); len(list) != 0 {
+		t.Errorf("sandboxes left: %+v", list)
+	}
+}
+
+// TestPoolOfSnapshot: a pool whose members start from a snapshot serves
+// the creates that restore it, with the snapshot's files and the
+// request's identity; a create of the bare image does not take one of its
+// members, and the snapshot cannot be deleted while members stand on it.
+func TestPoolOfSnapshot(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-src"})
+	run(t, "it-pool-snap-src", "mkdir -p /home/user/app && echo deps-present > /home/user/app/marker")
+	sn, err := d.c.Snapshot(ctx, "it-pool-snap-src", api.SnapshotRequest{Name: "pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cold restore, for comparison.
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-cold", Snapshot: sn.ID, Env: map[string]string{"K": "v"}})
+	coldIn, coldJournal, _ := observeSandbox(t, "it-pool-snap-cold")
+	if err := d.c.Destroy(ctx, "it-pool-snap-cold"); err != nil {
+		t.Fatal(err)
+	}
+
+	d.stop()
+	d = nil
+	t.Cleanup(func() {
+		if d != nil {
+			d.stop()
+		}
+		var err error
+		if d, err = startDaemon(nil); err != nil {
+			t.Errorf("restart the suite's daemon: %v", err)
+		}
+		_ = d.c.DeleteSnapshot(context.Background(), sn.ID)
+	})
+	if d, err = startDaemon(nil, "--pool", "debian-trixie=2,snapshot="+sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolReady(t, 2)
+	if p := pools(t)[0]; p.Snapshot != sn.ID {
+		t.Fatalf("pool: %+v", p)
+	}
+	// A bare create does not claim a snapshot member (negative control).
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-bare"})
+	if p := pools(t)[0]; p.Claims != 0 {
+		t.Fatalf("a create without the snapshot claimed a member: %+v", p)
+	}
+	if r := run(t, "it-pool-snap-bare", "cat /home/user/app/marker 2>&1 || true"); strings.Contains(r.Stdout, "deps-present") {
+		t.Fatalf("the bare sandbox has the snapshot's files")
+	}
+	// The snapshot is pinned by the members.
+	if err := d.c.DeleteSnapshot(ctx, sn.ID); !errdefs.IsKind(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("delete a snapshot members stand on: %v", err)
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-pool-snap-cold", Snapshot: sn.ID, Env: map[string]string{"K": "v"}})
+	if p := pools(t)[0]; p.Claims != 1 {
+		t.Fatalf("the restore did not claim a member: %+v", p)
+	}
+	warmIn, warmJournal, _ := observeSandbox(t, "it-pool-snap-cold")
+	if coldIn != warmIn {
+		t.Errorf("claimed restore differs from cold:\n--- cold\n%s\n--- claimed\n%s", coldIn, warmIn)
+	}
+	if !slices.Equal(coldJournal, warmJournal) {
+		t.Errorf("journal: cold %q, claimed %q", coldJournal, warmJournal)
+	}
+	if r := run(t, "it-pool-snap-cold", "cat /home/user/app/marker"); r.Stdout != "deps-present\n" {
+		t.Fatalf("claimed restore's files: %q", r.Stdout)
+	}
 }
