@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -129,14 +130,34 @@ func (d *Daemon) Kill9() {
 	<-d.exited
 }
 
-// FreePort returns a loopback address with a port free right now.
+// handedOut holds every port FreePort returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[string]bool
+}{ports: map[string]bool{}}
+
+// FreePort returns a loopback address with a port free right now, and
+// never one it returned before in this process: a port handed to one
+// daemon (say its --node-listen) is free again the moment that daemon
+// stops, and the kernel may offer it for the next one's --listen while
+// the test still means to reuse it (TestClusterStore's restarted node
+// got its own node port as its API port, and could not serve the node
+// API).
 func FreePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !handedOut.ports[addr] {
+			handedOut.ports[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // EnsureBase builds the default image debian-trixie through c unless it
