@@ -78,13 +78,15 @@ func (m *Manager) persist(ctx context.Context, a *actor) error {
 	if !persistsFiles(a.rec) || m.snapshotsReady() != nil {
 		return nil
 	}
+	tCopy := time.Now()
 	dir, release, freeze, err := m.freezeCopy(ctx, a)
 	if err != nil {
 		return err
 	}
 	defer release()
 	old := a.rec.PersistSnapshot
-	sn, err := m.storeLayer(ctx, a.rec, dir, "persist", defaultSnapshotTTL, freeze, false)
+	hint := CaptureHint{Live: m.cfg.Rootfs.UpperDir(a.rec.ID), UnchangedBefore: tCopy.Add(-ctimeSlack)}
+	sn, err := m.storeLayer(ctx, a.rec, dir, hint, "persist", defaultSnapshotTTL, freeze, false)
 	if err != nil {
 		return err
 	}
