@@ -47,8 +47,8 @@ type layers struct {
 	rfs   *rootfs.Manager
 }
 
-func (l layers) Capture(ctx context.Context, upper string, hint local.CaptureHint, w io.Writer) (local.CaptureStats, error) {
-	st, err := snapshot.Capture(ctx, upper, w, snapshot.CaptureOptions{Live: hint.Live, LiveBefore: hint.UnchangedBefore})
+func (l layers) Capture(ctx context.Context, upper string, w io.Writer) (local.CaptureStats, error) {
+	st, err := snapshot.Capture(ctx, upper, w, snapshot.CaptureOptions{})
 	return local.CaptureStats{Files: st.Files, UncompressedBytes: st.UncompressedBytes, CompressedBytes: st.CompressedBytes, SHA256: st.SHA256}, err
 }
 
@@ -61,8 +61,8 @@ func (l layers) Capture(ctx context.Context, upper string, hint local.CaptureHin
 // feeding the capture's tar to an image builder (snapshot.Primer), this
 // costs the capture nothing: the builder's 200 MB of writes slowed the
 // capture on this 2-core host.
-func (l layers) CapturePrimed(ctx context.Context, upper string, hint local.CaptureHint, w io.Writer) (local.CaptureStats, func(id, sum string) error, func(), error) {
-	st, err := l.Capture(ctx, upper, hint, w)
+func (l layers) CapturePrimed(ctx context.Context, upper string, w io.Writer) (local.CaptureStats, func(id, sum string) error, func(), error) {
+	st, err := l.Capture(ctx, upper, w)
 	if err != nil {
 		return st, nil, nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"hash"
 	"io"
 	"runtime"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
@@ -86,16 +85,6 @@ type CaptureOptions struct {
 	// building this host's image of the layer). An error from it fails
 	// the capture.
 	Tee io.Writer
-	// Live, with Capture only, is the live upper that upperDir is a btrfs
-	// snapshot of, and LiveBefore a time read before that snapshot was
-	// taken, less the kernel's timestamp slack. A regular file of up to
-	// liveMax bytes is then read from the live upper, whose page cache is
-	// warm, instead of the frozen copy, whose cache starts cold, when the
-	// live file is provably the same inode unchanged since before the
-	// copy (see liveFile); otherwise from the copy. The bytes written
-	// are the same either way.
-	Live       string
-	LiveBefore time.Time
 }
 
 func (o CaptureOptions) withDefaults() CaptureOptions {
@@ -119,7 +108,6 @@ type CaptureStats struct {
 	UncompressedBytes int64  // bytes of the tar stream
 	CompressedBytes   int64  // bytes written to w
 	SHA256            string // hex digest of the bytes written to w
-	LiveFiles         int64  // regular files read from CaptureOptions.Live
 }
 
 // Capture writes the OCI-layer form of an overlay upper dir as tar+zstd to
@@ -188,17 +176,7 @@ func write(ctx context.Context, layers []string, w io.Writer, opts CaptureOption
 		links: map[devIno]string{},
 		buf:   make([]byte, 256<<10),
 	}
-	wk.live = -1
-	if len(layers) == 1 && opts.Live != "" {
-		fd, err := unix.Open(opts.Live, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == nil {
-			wk.live, wk.liveBefore, wk.liveBuf = fd, opts.LiveBefore.UnixNano(), make([]byte, liveMax)
-			defer unix.Close(fd)
-		}
-	}
-	if len(layers) == 1 && wk.live < 0 {
-		// With a live upper, hints would read the cold copy's files that
-		// the walk then reads from the live one.
+	if len(layers) == 1 {
 		wk.pre = newPrefetcher()
 		defer wk.pre.close()
 	}
@@ -221,7 +199,6 @@ func write(ctx context.Context, layers []string, w io.Writer, opts CaptureOption
 		UncompressedBytes: raw.n,
 		CompressedBytes:   out.n,
 		SHA256:            hex.EncodeToString(out.h.Sum(nil)),
-		LiveFiles:         wk.liveFiles,
 	}
 	if lim := opts.Limits.maxFor(out.n); raw.n > lim {
 		return st, errdefs.ResourceExhausted("snapshot: the layer expands %d bytes to %d (over %d:1); restore would refuse it as a compression bomb (huge sparse or repetitive files?)", out.n, raw.n, opts.Limits.MaxRatio)

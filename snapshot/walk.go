@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,12 +46,6 @@ type walker struct {
 	links   map[devIno]string
 	buf     []byte
 	pre     *prefetcher // nil: no read-ahead hints
-	// live is the live upper's fd (-1: none), liveBefore its ctime bound
-	// in ns, liveBuf a file's bytes read from it (CaptureOptions.Live).
-	live       int
-	liveBefore int64
-	liveBuf    []byte
-	liveFiles  int64
 }
 
 // dir writes the children of the merged directory rel (a clean relative
@@ -287,62 +280,7 @@ func (w *walker) file(dirfd int, name, p string) error {
 		w.links[key] = p
 	}
 	h.Typeflag, h.Size = tar.TypeReg, st.Size
-	if data, ok := w.liveFile(p, &st); ok {
-		return w.write(h, bytes.NewReader(data))
-	}
 	return w.write(h, f)
-}
-
-// liveMax bounds the files read from the live upper: each is read whole
-// into a buffer and checked before any of it is written.
-const liveMax = 2 << 20
-
-// liveFile reads the frozen copy's regular file p (stat st) from the live
-// upper instead, if that is provably the same content: the name resolves
-// beneath the live root without following any symlink, and the file there
-// is a regular file with the copy's inode number (a btrfs snapshot keeps
-// inode numbers; one allocated later is new), size, mode, owner and
-// mtime, whose ctime is before liveBefore both before and after the read.
-// The kernel sets an inode's ctime on every change to it (data, mode,
-// owner, xattrs, links, rename of it) and user space cannot set it, so
-// that inode has not changed since before the copy was taken, and the
-// copy holds the same bytes. Any doubt returns false: the caller reads
-// the copy. A sandbox changing its live upper meanwhile can only make
-// this fall back.
-func (w *walker) liveFile(p string, st *unix.Stat_t) ([]byte, bool) {
-	if w.live < 0 || st.Size <= 0 || st.Size > int64(len(w.liveBuf)) {
-		return nil, false
-	}
-	fd, err := unix.Openat2(w.live, p, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	})
-	if err != nil {
-		return nil, false
-	}
-	defer unix.Close(fd)
-	same := func() bool {
-		var ls unix.Stat_t
-		return unix.Fstat(fd, &ls) == nil && ls.Mode == st.Mode && ls.Ino == st.Ino &&
-			ls.Size == st.Size && ls.Uid == st.Uid && ls.Gid == st.Gid &&
-			ls.Mtim == st.Mtim && ls.Ctim.Nano() < w.liveBefore
-	}
-	if !same() {
-		return nil, false
-	}
-	buf := w.liveBuf[:st.Size]
-	for done := 0; done < len(buf); {
-		n, err := unix.Pread(fd, buf[done:], int64(done))
-		if n <= 0 || err != nil {
-			return nil, false
-		}
-		done += n
-	}
-	if !same() {
-		return nil, false
-	}
-	w.liveFiles++
-	return buf, true
 }
 
 // write writes one header and, for regular files, exactly h.Size bytes.

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/netip"
 	"syscall"
-	"time"
 )
 
 // The controller's dependencies are small interfaces defined here, where
@@ -121,9 +120,8 @@ type Bind struct {
 
 // Snapshotter turns writable layers into snapshot blobs and back.
 type Snapshotter interface {
-	// Capture writes upperDir as a compressed layer to w. With hint.Live,
-	// upperDir is a frozen copy of that live upper (see CaptureHint).
-	Capture(ctx context.Context, upperDir string, hint CaptureHint, w io.Writer) (CaptureStats, error)
+	// Capture writes upperDir as a compressed layer to w.
+	Capture(ctx context.Context, upperDir string, w io.Writer) (CaptureStats, error)
 	// Squash writes the merge of layer dirs (lowest first) as one layer.
 	Squash(ctx context.Context, layers []string, w io.Writer) (CaptureStats, error)
 	// Layer returns the unpacked dir of a snapshot layer, fetching and
@@ -140,16 +138,7 @@ type LayerPrimer interface {
 	// CapturePrimed is Capture that also builds the layer. After the blob
 	// is stored, commit(id, sha256) makes it snapshot id's cached layer;
 	// abort discards it. Exactly one of them is called when err is nil.
-	CapturePrimed(ctx context.Context, upperDir string, hint CaptureHint, w io.Writer) (st CaptureStats, commit func(id, sha256 string) error, abort func(), err error)
-}
-
-// CaptureHint names the live upper a frozen copy was taken of, and a time
-// read before the copy (less the kernel's timestamp slack): the capture
-// may read files that provably did not change since from the live upper,
-// whose page cache is warm (snapshot.CaptureOptions.Live).
-type CaptureHint struct {
-	Live            string
-	UnchangedBefore time.Time
+	CapturePrimed(ctx context.Context, upperDir string, w io.Writer) (st CaptureStats, commit func(id, sha256 string) error, abort func(), err error)
 }
 
 // CaptureStats describes one captured layer.

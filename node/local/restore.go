@@ -78,15 +78,13 @@ func (m *Manager) persist(ctx context.Context, a *actor) error {
 	if !persistsFiles(a.rec) || m.snapshotsReady() != nil {
 		return nil
 	}
-	tCopy := time.Now()
 	dir, release, freeze, err := m.freezeCopy(ctx, a)
 	if err != nil {
 		return err
 	}
 	defer release()
 	old := a.rec.PersistSnapshot
-	hint := CaptureHint{Live: m.cfg.Rootfs.UpperDir(a.rec.ID), UnchangedBefore: tCopy.Add(-ctimeSlack)}
-	sn, err := m.storeLayer(ctx, a.rec, dir, hint, "persist", defaultSnapshotTTL, freeze, false)
+	sn, err := m.storeLayer(ctx, a.rec, dir, "persist", defaultSnapshotTTL, freeze, false)
 	if err != nil {
 		return err
 	}

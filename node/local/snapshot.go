@@ -106,8 +106,7 @@ func (m *Manager) snapshot(ctx context.Context, name string, req api.SnapshotReq
 		return api.Snapshot{}, err
 	}
 	defer release()
-	hint := CaptureHint{Live: m.cfg.Rootfs.UpperDir(rec.ID), UnchangedBefore: tCopy.Add(-ctimeSlack)}
-	sn, err := m.storeLayer(ctx, rec, dir, hint, req.Name, ttl, freeze, prime)
+	sn, err := m.storeLayer(ctx, rec, dir, req.Name, ttl, freeze, prime)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
@@ -166,19 +165,19 @@ func (m *Manager) freezeCopy(ctx context.Context, a *actor) (string, func() erro
 // unreferenced blob, which reconcile removes.
 // With prime, a Snapshotter that is a LayerPrimer builds the layer on this
 // host as it captures it.
-func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir string, hint CaptureHint, name string, ttl, freeze time.Duration, prime bool) (store.Snapshot, error) {
+func (m *Manager) storeLayer(ctx context.Context, rec store.Sandbox, upperDir, name string, ttl, freeze time.Duration, prime bool) (store.Snapshot, error) {
 	id := newArtifactID("snap_")
 	chain := append([]store.Layer(nil), rec.Chain...)
 	parent := ""
 	if len(chain) > 0 {
 		parent = chain[len(chain)-1].ID
 	}
-	produce := func(w io.Writer) (CaptureStats, error) { return m.cfg.Snapshots.Capture(ctx, upperDir, hint, w) }
+	produce := func(w io.Writer) (CaptureStats, error) { return m.cfg.Snapshots.Capture(ctx, upperDir, w) }
 	var commit func(id, sha256 string) error
 	abort := func() {}
 	if lp, ok := m.cfg.Snapshots.(LayerPrimer); ok && prime {
 		produce = func(w io.Writer) (CaptureStats, error) {
-			st, c, a, err := lp.CapturePrimed(ctx, upperDir, hint, w)
+			st, c, a, err := lp.CapturePrimed(ctx, upperDir, w)
 			if err == nil {
 				commit, abort = c, a
 			}
