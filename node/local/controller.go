@@ -140,6 +140,9 @@ type actor struct {
 	// entrypoint: this run has a node.StartOptions.Entrypoint process
 	// (its exit code, once it ended, is rec.ExitCode).
 	entrypoint bool
+	// forkSnap is the last snapshot Fork took of this sandbox, which a
+	// later fork reuses while the upper is unchanged (reusableForkSnapshot).
+	forkSnap forkSnap
 
 	// activity is guarded by actMu, not mu, so exec does not wait for a
 	// slow lifecycle op just to record that it ran.

@@ -128,9 +128,15 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 	// With forkPrime the layer is built on this host while it is captured,
 	// so the forks need no fetch of it.
 	t0 := time.Now()
-	sn, err := m.snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source}, forkPrime)
+	sn, reused, err := m.reusableForkSnapshot(ctx, source)
 	if err != nil {
 		return api.ForkResult{}, err
+	}
+	if !reused {
+		sn, err = m.snapshot(ctx, source, api.SnapshotRequest{Name: "fork-of-" + source}, forkPrime, true)
+		if err != nil {
+			return api.ForkResult{}, err
+		}
 	}
 	tSnap := time.Since(t0)
 	// Make the shared layer ready once before the forks race for it.
@@ -173,8 +179,12 @@ func (m *Manager) Fork(ctx context.Context, source string, req api.ForkRequest) 
 			return api.ForkResult{}, fmt.Errorf("fork %s: %w", names[i], err)
 		}
 	}
-	m.journal(ctx, source, "fork", fmt.Sprintf("%d from %s", req.Count, sn.ID))
-	m.cfg.Logf("fork %s: %d from %s: snapshot %s, forks %s", source, req.Count, sn.ID, tSnap.Round(time.Millisecond), (time.Since(t0) - tSnap).Round(time.Millisecond))
+	how := "snapshot"
+	if reused {
+		how = "reused unchanged snapshot"
+	}
+	m.journal(ctx, source, "fork", fmt.Sprintf("%d from %s (%s)", req.Count, sn.ID, how))
+	m.cfg.Logf("fork %s: %d from %s: %s %s, forks %s", source, req.Count, sn.ID, how, tSnap.Round(time.Millisecond), (time.Since(t0) - tSnap).Round(time.Millisecond))
 	return res, nil
 }
 

@@ -72,12 +72,13 @@ func snapToAPI(s store.Snapshot) api.Snapshot {
 // the sandbox works on. The layer is primed (LayerPrimer): a restore on
 // this host needs no fetch of the blob just written.
 func (m *Manager) Snapshot(ctx context.Context, name string, req api.SnapshotRequest) (api.Snapshot, error) {
-	return m.snapshot(ctx, name, req, true)
+	return m.snapshot(ctx, name, req, true, false)
 }
 
 // snapshot is Snapshot; with prime, the layer is also made ready on this
-// host as it is captured (see LayerPrimer).
-func (m *Manager) snapshot(ctx context.Context, name string, req api.SnapshotRequest, prime bool) (api.Snapshot, error) {
+// host as it is captured (see LayerPrimer). With forFork, the snapshot is
+// remembered as the source's fork snapshot (reusableForkSnapshot).
+func (m *Manager) snapshot(ctx context.Context, name string, req api.SnapshotRequest, prime, forFork bool) (api.Snapshot, error) {
 	if err := m.snapshotsReady(); err != nil {
 		return api.Snapshot{}, err
 	}
@@ -96,6 +97,9 @@ func (m *Manager) snapshot(ctx context.Context, name string, req api.SnapshotReq
 	}
 	m.touch(a)
 	rec := a.rec // a copy: the capture below runs without the lock
+	// Taken before the flush and the freeze: everything changed after it
+	// has a later ctime (reusableForkSnapshot).
+	tCopy := time.Now()
 	dir, release, freeze, err := m.freezeCopy(ctx, a)
 	a.mu.Unlock()
 	if err != nil {
@@ -105,6 +109,14 @@ func (m *Manager) snapshot(ctx context.Context, name string, req api.SnapshotReq
 	sn, err := m.storeLayer(ctx, rec, dir, req.Name, ttl, freeze, prime)
 	if err != nil {
 		return api.Snapshot{}, err
+	}
+	if forFork {
+		if a, err := m.lock(ctx, name); err == nil {
+			if a.exists && a.rec.ID == rec.ID {
+				a.forkSnap = forkSnap{id: sn.ID, sandboxID: rec.ID, copied: tCopy}
+			}
+			a.mu.Unlock()
+		}
 	}
 	m.journal(ctx, name, "snapshot", sn.ID)
 	return snapToAPI(sn), nil

@@ -482,3 +482,76 @@ func TestRestoreExpiredBackup(t *testing.T) {
 		t.Fatalf("after delete: %v", err)
 	}
 }
+
+// TestForkReusesUnchangedSnapshot: a fork of a sandbox whose files did not
+// change since its last fork stands on that fork's snapshot instead of
+// capturing again; any change (content, mode only, a delete) makes the
+// next fork take a new snapshot that shows it. The forks' files equal the
+// source's by sha256 tree either way.
+func TestForkReusesUnchangedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	sandbox(t, api.CreateSandboxRequest{Name: "it-freuse-src"})
+	workspace(t, "it-freuse-src", 300)
+	fork := func(step string) api.ForkResult {
+		t.Helper()
+		names := []string{"it-freuse-" + step + "-a", "it-freuse-" + step + "-b"}
+		fr, err := d.c.Fork(ctx, "it-freuse-src", api.ForkRequest{Count: 2, Names: names})
+		if err != nil {
+			t.Fatalf("fork %s: %v", step, err)
+		}
+		for _, n := range names {
+			n := n
+			t.Cleanup(func() { _ = d.c.Destroy(context.Background(), n) })
+		}
+		want := treeSum(t, "it-freuse-src", "/home/user/proj")
+		for _, s := range fr.Sandboxes {
+			if got := treeSum(t, s.Name, "/home/user/proj"); got != want {
+				t.Fatalf("fork %s: %s has tree %s, the source %s", step, s.Name, got, want)
+			}
+		}
+		return fr
+	}
+	// Files changed within ctimeSlack (50 ms) before a fork's snapshot
+	// count as changed after it (coarse timestamps): let them age.
+	time.Sleep(100 * time.Millisecond)
+	first := fork("1")
+	if again := fork("2"); again.Snapshot.ID != first.Snapshot.ID {
+		t.Fatalf("unchanged source: second fork took snapshot %s, want the first's %s reused", again.Snapshot.ID, first.Snapshot.ID)
+	}
+
+	// A content change: a new snapshot, and the forks see the change.
+	run(t, "it-freuse-src", "echo changed > /home/user/proj/node_modules/pkg0/f0.js")
+	time.Sleep(100 * time.Millisecond)
+	changed := fork("3")
+	if changed.Snapshot.ID == first.Snapshot.ID {
+		t.Fatal("a changed file did not make the fork take a new snapshot")
+	}
+	if r := run(t, changed.Sandboxes[0].Name, "cat /home/user/proj/node_modules/pkg0/f0.js"); r.Stdout != "changed\n" {
+		t.Fatalf("fork after a change reads %q", r.Stdout)
+	}
+
+	// A mode-only change, with the mtime put back: still a new snapshot.
+	run(t, "it-freuse-src", `cd /home/user/proj/node_modules/pkg1 && m=$(stat -c %y f50.js) && chmod 600 f50.js && touch -d "$m" f50.js`)
+	time.Sleep(100 * time.Millisecond)
+	moded := fork("4")
+	if moded.Snapshot.ID == changed.Snapshot.ID {
+		t.Fatal("a mode change did not make the fork take a new snapshot")
+	}
+	if r := run(t, moded.Sandboxes[0].Name, "stat -c %a /home/user/proj/node_modules/pkg1/f50.js"); r.Stdout != "600\n" {
+		t.Fatalf("fork after chmod sees mode %q", r.Stdout)
+	}
+
+	// A delete.
+	run(t, "it-freuse-src", "rm /home/user/proj/node_modules/pkg2/f100.js")
+	time.Sleep(100 * time.Millisecond)
+	deleted := fork("5")
+	if deleted.Snapshot.ID == moded.Snapshot.ID {
+		t.Fatal("a delete did not make the fork take a new snapshot")
+	}
+	if r := run(t, deleted.Sandboxes[1].Name, "test -e /home/user/proj/node_modules/pkg2/f100.js; echo $?"); r.Stdout != "1\n" {
+		t.Fatalf("fork after a delete still has the file: %q", r.Stdout)
+	}
+	if again := fork("6"); again.Snapshot.ID != deleted.Snapshot.ID {
+		t.Fatalf("unchanged again: fork took %s, want %s reused", again.Snapshot.ID, deleted.Snapshot.ID)
+	}
+}
