@@ -184,10 +184,14 @@ func TestInterpPythonTimeoutInterrupts(t *testing.T) {
 	if _, err := c.RunCode(ctx, api.RunCodeRequest{Context: cc.ID, Code: "import time\ntime.sleep(60)"}, nil); err == nil {
 		t.Fatal("cancelled run returned no error")
 	}
+	// The next run must not wait out the 60 s sleep: the cancel
+	// interrupted it. The bound is far below 60 s and far above any
+	// machine's slowness (it was 10 s, and a loaded CI machine took 12.9 s
+	// to answer correctly).
 	start := time.Now()
 	res = runCode(t, c, cc.ID, "keep + '!'", 0)
-	if mainText(res) != "state!" || time.Since(start) > 10*time.Second {
-		t.Fatalf("after cancel: %+v", res)
+	if took := time.Since(start); mainText(res) != "state!" || took > 45*time.Second {
+		t.Fatalf("after cancel (%s): %+v", took.Round(time.Millisecond), res)
 	}
 }
 
