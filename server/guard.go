@@ -184,6 +184,28 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	g.next.ServeHTTP(gw, r)
+	gw.drainUnread(r.Body)
+}
+
+// maxDrain bounds what drainUnread reads of a body after an error answer.
+const maxDrain = 64 << 20
+
+// drainUnread reads and discards what the client still sends of a body
+// the handler answered with an error before reading it all, for at most
+// drainTimeout (the read deadline WriteHeader set) and maxDrain bytes,
+// after flushing the answer. net/http itself discards only 256 KiB before
+// it closes such a connection, and a client still writing a larger body
+// then gets a reset instead of the answer: the E2B SDK's 8 MiB upload into
+// a full disk saw "fetch failed: ECONNRESET", not its 507.
+func (w *guardWriter) drainUnread(body io.Reader) {
+	w.mu.Lock()
+	drain := w.status >= 400 && !w.bodyDone && w.http1 && !w.weak
+	w.mu.Unlock()
+	if !drain || body == nil {
+		return
+	}
+	_ = w.rc.Flush()
+	_, _ = io.CopyN(io.Discard, body, maxDrain)
 }
 
 func (g *guard) log(r *http.Request, gw *guardWriter, info *reqinfo.Info, t0 time.Time) {
