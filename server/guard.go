@@ -184,7 +184,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	g.next.ServeHTTP(gw, r)
-	gw.drainUnread(r.Body)
+	// A client waiting for "100 Continue" has not sent the body and
+	// will not: the answer is all it needs, so nothing is drained.
+	if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		gw.drainUnread(r.Body)
+	}
 }
 
 // maxDrain bounds what drainUnread reads of a body after an error answer.
