@@ -82,14 +82,20 @@ func stagingLeft(t *testing.T, dir string) []string {
 }
 
 // failAfter yields n bytes of r, then fails: the host's blob download
-// breaking halfway.
+// breaking halfway. When failing is set it runs once before the first
+// failure, so a test can hold the break until the agent has begun.
 type failAfter struct {
-	r io.Reader
-	n int
+	r       io.Reader
+	n       int
+	failing func()
 }
 
 func (f *failAfter) Read(p []byte) (int, error) {
 	if f.n <= 0 {
+		if f.failing != nil {
+			f.failing()
+			f.failing = nil
+		}
 		return 0, errors.New("blob download failed")
 	}
 	if len(p) > f.n {
@@ -123,7 +129,17 @@ func TestRestoreReplacesAtomically(t *testing.T) {
 	}{
 		{"cut in the middle of a file", bytes.NewReader(bigFile[:len(bigFile)/2]), errdefs.ErrInvalidArgument},
 		{"cut at an entry boundary (no end marker)", bytes.NewReader(makeTar(t, false, append([]ent{file("new.txt", "new")}, many...)...)), errdefs.ErrInvalidArgument},
-		{"upload breaks halfway", &failAfter{r: bytes.NewReader(good), n: len(good) / 2}, nil},
+		// The break waits until the agent has made its staging directory:
+		// a client that fails before the agent has begun would leave
+		// nothing to clean up, and the check below would prove nothing.
+		{"upload breaks halfway", &failAfter{r: bytes.NewReader(good), n: len(good) / 2, failing: func() {
+			// (This runs on the client's goroutine, so it must not call t.Fatal.)
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if m, _ := filepath.Glob(filepath.Join(parent, fspath.StagingPrefix+"*")); len(m) > 0 {
+					return
+				}
+			}
+		}}, nil},
 		{"hostile entry after many good ones", bytes.NewReader(makeTar(t, true, append(many, file("../escape.txt", "x"))...)), errdefs.ErrInvalidArgument},
 		{"garbage", strings.NewReader(strings.Repeat("not a tar ", 200)), errdefs.ErrInvalidArgument},
 	}
