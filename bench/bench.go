@@ -51,7 +51,17 @@ type Options struct {
 	// (e.g. /sys/fs/cgroup/berth, or cpuacct/berth on cgroup v1): adds
 	// their CPU time to the CPU figures.
 	SandboxCgroup string
-	Logf          func(format string, args ...any)
+	// Idle runs the idle scenario instead (idle.go, RunIdle): this many
+	// sandboxes (default instance lite) made IdleParallel at a time, held
+	// idle together for IdleWindow and measured; creating stops early once
+	// MemAvailable falls under IdleMinAvailMiB. IdleSample of them must
+	// answer an exec.
+	Idle            int
+	IdleParallel    int
+	IdleWindow      time.Duration
+	IdleSample      int
+	IdleMinAvailMiB int
+	Logf            func(format string, args ...any)
 }
 
 // Report is the JSON form of a run.

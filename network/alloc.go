@@ -7,6 +7,13 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
+// MaxBridgePorts is how many sandboxes one Manager (one bridge) can hold:
+// a Linux bridge numbers its ports in 10 bits and never uses port 0
+// (BR_MAX_PORTS is 1024), so the 1,024th veth would fail with EXFULL.
+// Past it a create is refused with resource_exhausted before anything is
+// made; more sandboxes on one host need a second daemon with its own bridge.
+const MaxBridgePorts = 1023
+
 // allocator hands out sandbox addresses from a subnet. The first address is
 // the gateway; the network and broadcast addresses are never used. It is
 // next-fit: a freed address is handed out again only after the rest of the
@@ -19,6 +26,7 @@ type allocator struct {
 	size  uint32 // addresses in the subnet
 	next  uint32 // offset to try first
 	inUse map[uint32]string
+	ports int // most addresses in use at once (MaxBridgePorts; tests lower it)
 }
 
 func newAllocator(p netip.Prefix) *allocator {
@@ -29,6 +37,7 @@ func newAllocator(p netip.Prefix) *allocator {
 		size:  uint32(1) << (32 - p.Bits()),
 		next:  2,
 		inUse: map[uint32]string{},
+		ports: MaxBridgePorts,
 	}
 }
 
@@ -56,6 +65,9 @@ func (a *allocator) gateway() netip.Addr { return a.addr(1) }
 
 // allocate returns a free address and records it as owned by id.
 func (a *allocator) allocate(id string) (netip.Addr, error) {
+	if len(a.inUse) >= a.ports {
+		return netip.Addr{}, errdefs.ResourceExhausted("no free bridge port: %d sandboxes are attached, the most a Linux bridge takes (%d ports); run another berth serve with its own --bridge and --subnet for more", len(a.inUse), a.ports)
+	}
 	usable := a.size - 3
 	for i := uint32(0); i < usable; i++ {
 		off := a.next

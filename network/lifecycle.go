@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/weaken"
@@ -92,6 +93,9 @@ func (m *Manager) build(id string, s *sandbox) error {
 	attrs.MasterIndex = m.brIdx
 	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: sandboxIf, PeerNamespace: netlink.NsFd(int(ns))}
 	if err := m.nl.LinkAdd(veth); err != nil {
+		if errors.Is(err, unix.EXFULL) { // the bridge's ports are all taken (by links berth does not own, too)
+			return errdefs.Wrap(errdefs.ErrResourceExhausted, err, "create veth %s: bridge %s has no free port (a Linux bridge takes %d): %v", hv, m.cfg.Bridge, MaxBridgePorts, err)
+		}
 		return fmt.Errorf("create veth %s: %w", hv, err)
 	}
 	// The kernel ignores IFLA_IFALIAS on create, so the ownership tag that

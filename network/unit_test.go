@@ -3,6 +3,7 @@ package network
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -84,6 +85,25 @@ func TestAllocator(t *testing.T) {
 	ip, _ := a.allocate("y")
 	if ip != got[1] {
 		t.Fatalf("after wrap got %s, want %s", ip, got[1])
+	}
+
+	// A bridge's port limit refuses before the subnet is full.
+	p := newAllocator(netip.MustParsePrefix("10.1.2.0/24"))
+	if p.ports != MaxBridgePorts {
+		t.Fatalf("port limit %d, want %d", p.ports, MaxBridgePorts)
+	}
+	p.ports = 2
+	for i := 0; i < 2; i++ {
+		if _, err := p.allocate("p"); err != nil {
+			t.Fatalf("allocate %d under the port limit: %v", i, err)
+		}
+	}
+	if _, err := p.allocate("p"); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "bridge port") {
+		t.Fatalf("past the port limit: err = %v, want resource exhausted naming the bridge port", err)
+	}
+	p.release(netip.MustParseAddr("10.1.2.2"), "p")
+	if _, err := p.allocate("p"); err != nil {
+		t.Fatalf("a released port must be free again: %v", err)
 	}
 
 	b := newAllocator(netip.MustParsePrefix("10.1.2.0/24"))

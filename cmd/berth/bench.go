@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ var (
 	runBench        = bench.Run
 	runClusterBench = bench.RunCluster
 	runTaskBench    = bench.RunTask
+	runIdleBench    = bench.RunIdle
 )
 
 func (a *app) benchCmd() *cobra.Command {
@@ -43,6 +45,7 @@ Examples:
   berth bench --n 10 --burst 100     # also: 100 sandboxes at once, then their idle footprint
   berth bench --n 50 --burst 100 --pool standard-3   # with berth serve --pool debian-trixie=100,instance=standard-3
   berth bench --n 5 --burst 100 --pool standard-3 --pool-burst 1000   # and 1,000 at once against that pool of 100
+  berth bench --idle 1000 --daemon-pid P --sandbox-cgroup /sys/fs/cgroup/cpuacct/berth   # 1,000 lite sandboxes idle at once: MiB per sandbox
 
 With --cluster it measures a cluster instead, through the API URLs of its
 members (the same API key for all): exec through the member that runs the
@@ -128,6 +131,9 @@ is reported as a ratio to Docker's.
 			if single != "" {
 				return fmt.Errorf("--single is the single-host baseline of a --cluster run")
 			}
+			if o.Idle > 0 && (o.Task || o.Snapshots || o.Burst > 0 || o.PoolInstance != "") {
+				return fmt.Errorf("--idle is a benchmark of its own: it does not take --task, --snapshots, --burst or --pool")
+			}
 			if o.Task && (o.Snapshots || o.Burst > 0) {
 				return fmt.Errorf("--task is a benchmark of its own: it does not take --snapshots or --burst")
 			}
@@ -140,6 +146,9 @@ is reported as a ratio to Docker's.
 				o.Runtime = besideOrPath("runc")
 			}
 			o.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
+			if o.Idle > 0 {
+				return runIdleBench(cmd.Context(), c, o, a.stdout)
+			}
 			if o.Task {
 				if !cmd.Flags().Changed("n") {
 					o.N = 5
@@ -168,6 +177,11 @@ is reported as a ratio to Docker's.
 	f.IntVar(&o.Workspace.NodePackages, "node-packages", 0, "with --task: packages in the generated node_modules (default 160)")
 	f.IntVar(&o.Workspace.FilesPerPackage, "files-per-package", 0, "with --task: files per node package, at least 5 (default 20)")
 	f.IntVar(&o.Workspace.PyPackages, "py-packages", 0, "with --task: Python packages in the generated venv (default 30)")
+	f.IntVar(&o.Idle, "idle", 0, "run the idle scenario instead: create this many sandboxes (--instance, default lite) --idle-parallel at a time, hold them idle together and report host MiB per sandbox (MemAvailable drop, and with --sandbox-cgroup their cgroups' memory and tasks), the daemon's RSS and open files (--daemon-pid), CPU while idle, exec in a random sample, and the destroy")
+	f.IntVar(&o.IdleParallel, "idle-parallel", 4, "with --idle: creates in flight at once (a 429 with Retry-After is waited out and retried)")
+	f.DurationVar(&o.IdleWindow, "idle-window", 30*time.Second, "with --idle: how long all sandboxes idle while CPU is measured")
+	f.IntVar(&o.IdleSample, "idle-sample", 20, "with --idle: random sandboxes that must answer an exec")
+	f.IntVar(&o.IdleMinAvailMiB, "idle-min-available", 2048, "with --idle: stop creating once the host's MemAvailable falls under this many MiB")
 	f.StringVar(&o.Runtime, "runtime", "", "runc binary for the raw runc baseline (default: runc beside berth, then $PATH)")
 	return cmd
 }

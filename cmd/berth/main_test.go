@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
@@ -288,7 +289,14 @@ func TestServeAndBenchWiring(t *testing.T) {
 		gotTask = o
 		return nil
 	}
-	t.Cleanup(func() { runDaemon, runBench, runTaskBench = daemon.Run, bench.Run, bench.RunTask })
+	var gotIdle bench.Options
+	runIdleBench = func(ctx context.Context, c *client.Client, o bench.Options, out io.Writer) error {
+		gotIdle = o
+		return nil
+	}
+	t.Cleanup(func() {
+		runDaemon, runBench, runTaskBench, runIdleBench = daemon.Run, bench.Run, bench.RunTask, bench.RunIdle
+	})
 
 	code, _, errs := (&cli{t: t}).runRaw("serve", "--listen", "127.0.0.1:9", "--data", "/srv/b", "--runtime", "/bin/runc", "--subnet", "10.99.0.0/16",
 		"--cluster", "postgres://berth@db:5432/berth",
@@ -318,6 +326,16 @@ func TestServeAndBenchWiring(t *testing.T) {
 	}
 	if code, _, errs := c.run("", "bench", "--task", "--burst", "10", "--data", "/d"); code == 0 || !strings.Contains(errs, "--task") {
 		t.Fatalf("bench --task --burst must be refused: %d %q", code, errs)
+	}
+	// --idle runs the idle scenario alone, with its own knobs.
+	gotOpts = bench.Options{}
+	if code, _, errs := c.run("", "bench", "--idle", "1000", "--idle-parallel", "6", "--idle-window", "10s", "--idle-sample", "30",
+		"--idle-min-available", "4096", "--daemon-pid", "42", "--data", "/d"); code != 0 || gotIdle.Idle != 1000 || gotIdle.IdleParallel != 6 ||
+		gotIdle.IdleWindow != 10*time.Second || gotIdle.IdleSample != 30 || gotIdle.IdleMinAvailMiB != 4096 || gotIdle.DaemonPid != 42 || gotOpts.N != 0 {
+		t.Fatalf("bench --idle: %d %q %+v (bench.Run got %+v)", code, errs, gotIdle, gotOpts)
+	}
+	if code, _, errs := c.run("", "bench", "--idle", "10", "--burst", "10", "--data", "/d"); code == 0 || !strings.Contains(errs, "--idle") {
+		t.Fatalf("bench --idle --burst must be refused: %d %q", code, errs)
 	}
 }
 

@@ -290,6 +290,40 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestFullNetworkRefusesCreateLeavingNothing: a create refused because the
+// network has no address or bridge port left gets resource_exhausted and
+// leaves no record and no mount; another failure of the network (the
+// negative control) leaves a failed record.
+func TestFullNetworkRefusesCreateLeavingNothing(t *testing.T) {
+	r := newRig(t)
+	r.net.fail = errdefs.ResourceExhausted("no free bridge port: 1023 sandboxes are attached")
+	_, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "full"}, true)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "bridge port") {
+		t.Fatalf("create on a full network: %v, want resource exhausted naming the bridge port", err)
+	}
+	if sb, err := plane(r.m).Get(ctx, "full"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("the refused create left a record: %+v %v", sb, err)
+	}
+	r.rfs.mu.Lock()
+	for id, up := range r.rfs.mounted {
+		if up {
+			t.Errorf("the refused create left rootfs %s mounted", id)
+		}
+	}
+	r.rfs.mu.Unlock()
+	r.net.fail = errdefs.Internal("veth broke")
+	if _, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "broke"}, true); err == nil {
+		t.Fatal("a create whose network failed succeeded")
+	}
+	if sb, err := plane(r.m).Get(ctx, "broke"); err != nil || sb.State != api.StateFailed {
+		t.Fatalf("control: another network failure must leave a failed record: %+v %v", sb, err)
+	}
+	r.net.fail = nil
+	if sb, _, err := plane(r.m).GetOrCreate(ctx, api.CreateSandboxRequest{Name: "full"}, true); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("create once the network has room: %+v %v", sb, err)
+	}
+}
+
 // TestCreateReplacesSandboxThatNeverRan (issue 12 D): a failed sandbox
 // that never ran is retried with the new request's own spec, by a
 // get-or-create and by a strict create alike; one that ran keeps its

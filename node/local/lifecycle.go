@@ -161,7 +161,16 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	failpoint.Hit("start.rootfs-mounted")
 	sp.mark("rootfs+network")
 	if netErr != nil {
-		return fmt.Errorf("network: %w", netErr)
+		err := fmt.Errorf("network: %w", netErr)
+		if errdefs.IsKind(netErr, errdefs.ErrResourceExhausted) {
+			// No address or bridge port was free: the network made
+			// nothing, and the rootfs goes with the failure's cleanup
+			// (stopCompute, forgetFailedCreate). A create so refused
+			// leaves nothing, a wake stays asleep: the host is full,
+			// not the sandbox broken.
+			return beforeSandbox{err}
+		}
+		return err
 	}
 	var extraEnv map[string]string
 	if m.cfg.Egress != nil {
