@@ -246,4 +246,3 @@ func dirBytes(dir string) int64 {
 	}
 	return n
 }
-

@@ -59,6 +59,10 @@ EOF
   mv "$prefix.new" "$prefix"
   rm -rf "$prefix.old"
 fi
+# runc 1.5 has no --criu flag and runs the `criu` it finds on PATH: berth
+# puts PREFIX/bin first on runc's PATH (runtime.DefaultCRIUDir).
+install -d -m 0755 "$prefix/bin"
+ln -sfn ../berth-criu "$prefix/bin/criu"
 echo "==> criu check ($("$wrapper" --version | head -1))"
 # A failed check is reported, not fatal: berth then refuses checkpoints
 # (failed_precondition) and sleeps by freeze or stop.
