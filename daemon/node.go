@@ -250,6 +250,12 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		NodeName:         w.NodeName,
 		Gate:             local.GateConfig{Limit: cfg.StartLimit, MaxQueue: cfg.StartQueue, MaxWait: cfg.StartWait},
 		PoolMemoryMiB:    cfg.PoolMemoryMiB,
+		DefaultSleep:      cfg.SleepMode,
+		FreezeMax:         cfg.FreezeMax,
+		FreezeMemoryBytes: cfg.FreezeMemoryMiB << 20,
+	}
+	if err := api.ValidSleepMode(cfg.SleepMode); err != nil {
+		return nil, fmt.Errorf("--sleep-mode: %w", err)
 	}
 	if mc.Pools, err = poolSpecs(*cfg, w.Policy); err != nil {
 		return nil, err
