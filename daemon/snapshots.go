@@ -58,9 +58,9 @@ func (l layers) Capture(ctx context.Context, upper string, w io.Writer) (local.C
 // cleaned to the blob's form (snapshot.CleanLayer), made read-only again
 // and adopted by the cache, so restoring or forking it here mounts it
 // directly, with no fetch, decode or image write. Measured against
-// feeding the capture's tar to an image builder (snapshot.Primer), this
-// costs the capture nothing: the builder's 200 MB of writes slowed the
-// capture on this 2-core host.
+// feeding the capture's tar to an image builder (an earlier primer, since
+// removed), this costs the capture nothing: the builder's 200 MB of writes
+// slowed the capture on this 2-core host.
 func (l layers) CapturePrimed(ctx context.Context, upper string, w io.Writer) (local.CaptureStats, func(id, sum string) error, func(), error) {
 	st, err := l.Capture(ctx, upper, w)
 	if err != nil {

@@ -84,6 +84,17 @@
 // reach the right one; Delete also clears runsc state an id left without
 // its marker (a crash between the two).
 //
+// # Checkpoint and restore
+//
+// Checkpoint and Restore (checkpoint.go) drive `runc checkpoint` and
+// `runc restore --detach` with berth's own CRIU (scripts/criu.sh) and a
+// per-call CRIU config file for what runc cannot pass (nftables network
+// lock, tcp-close). The image is one tar named by its sha256
+// (checkpoint_image.go), with the host's CPU flags and the criu version in
+// it; Restore verifies the digest before CRIU reads anything, refuses a
+// host missing CPU flags, and runs VerifyPosture after CRIU, deleting the
+// container when it fails. gVisor ids are refused with failed_precondition.
+//
 // # Cgroups
 //
 // Limits go in the spec (cpu quota/period and shares, memory limit with

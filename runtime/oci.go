@@ -32,6 +32,9 @@ type OCI struct {
 	// StartVia, if set, is a command line that runs the start command
 	// (the runtime binary and its arguments are appended); see GVisorStartVia.
 	StartVia []string
+	// CRIU, if set, is a directory holding berth's `criu` (scripts/criu.sh:
+	// /usr/local/lib/berth/criu/bin); runc finds criu on PATH.
+	CRIU string
 }
 
 // State is the runtime's view of one container.

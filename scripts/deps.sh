@@ -50,6 +50,9 @@ if ! command -v runsc >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq runsc/trixie >/dev/null
 fi
+# CRIU 4.1 from trixie as a private tree for checkpoint sleep (criu.sh).
+trixie_source
+"$(dirname "$0")/criu.sh"
 export PATH="/usr/local/go/bin:$PATH"
 if ! command -v go >/dev/null; then
   echo "Go 1.26 or newer is required (expected at /usr/local/go/bin/go)" >&2; exit 1

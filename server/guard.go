@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/api"
@@ -161,6 +162,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := &reqinfo.Info{ID: id}
 	r = r.WithContext(reqinfo.With(r.Context(), info)) // a copy: the server keeps its own Body
 	gw := &guardWriter{ResponseWriter: w, rc: http.NewResponseController(w), http1: r.ProtoMajor == 1}
+	unread := r.Body // what drainUnread reads after an error answer
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		gw.bodyDone = true
 	} else if gw.http1 && !g.o.Weak {
@@ -187,7 +189,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A client waiting for "100 Continue" has not sent the body and
 	// will not: the answer is all it needs, so nothing is drained.
 	if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
-		gw.drainUnread(r.Body)
+		gw.drainUnread(unread)
 	}
 }
 
@@ -392,9 +394,21 @@ type guardBody struct {
 	limit time.Duration // whole-body bound
 	idle  time.Duration // per-read bound (long-lived routes)
 	done  bool
+	// closed is set by Close. The server's body itself is left open so
+	// the guard can still drain it after an error answer (drainUnread):
+	// an HTTP client that forwards the body (to the agent) closes it as
+	// soon as its answer comes, and closing net/http's body discards only
+	// 256 KiB before the connection is reset under a client still sending.
+	// net/http closes its body itself once the handler returns.
+	closed atomic.Bool
 }
 
+var errBodyClosed = errors.New("http: read on closed request body")
+
 func (b *guardBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errBodyClosed
+	}
 	if b.idle > 0 && !b.done {
 		_ = b.w.rc.SetReadDeadline(time.Now().Add(b.idle))
 	}
@@ -415,7 +429,10 @@ func (b *guardBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *guardBody) Close() error { return b.rc.Close() }
+func (b *guardBody) Close() error {
+	b.closed.Store(true)
+	return nil
+}
 
 func isTimeout(err error) bool {
 	var ne net.Error

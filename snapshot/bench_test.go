@@ -206,34 +206,3 @@ func benchScratch(b *testing.B) string {
 	}
 	return b.TempDir()
 }
-
-// BenchmarkCapturePrimed is BenchmarkCapture with the layer's image built
-// from the same stream (Fork's path), committed into a cache.
-func BenchmarkCapturePrimed(b *testing.B) {
-	needRoot(b)
-	dir, size, _ := benchTree(b)
-	b.SetBytes(size)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		c, err := NewCache(filepath.Join(benchScratch(b), "layers"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		p, err := c.Prime(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := Capture(context.Background(), dir, io.Discard, CaptureOptions{Tee: p})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Commit("snap_bench", st.SHA256); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		c.Close()
-		b.StartTimer()
-	}
-}

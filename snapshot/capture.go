@@ -81,10 +81,6 @@ type CaptureOptions struct {
 	MaxDepth int
 	// Limits are the restore limits the result must respect.
 	Limits Limits
-	// Tee, if set, also receives the uncompressed tar stream (a Primer
-	// building this host's image of the layer). An error from it fails
-	// the capture.
-	Tee io.Writer
 }
 
 func (o CaptureOptions) withDefaults() CaptureOptions {
@@ -164,11 +160,7 @@ func write(ctx context.Context, layers []string, w io.Writer, opts CaptureOption
 	if err != nil {
 		return CaptureStats{}, err
 	}
-	var tarOut io.Writer = enc
-	if opts.Tee != nil {
-		tarOut = io.MultiWriter(enc, opts.Tee)
-	}
-	raw := &limitCount{w: tarOut, max: opts.Limits.MaxUncompressedBytes}
+	raw := &limitCount{w: enc, max: opts.Limits.MaxUncompressedBytes}
 	wk := &walker{
 		ctx:   ctx,
 		tw:    tar.NewWriter(raw),

@@ -1,11 +1,9 @@
 package snapshot
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,47 +152,5 @@ func TestCacheFallsBackToUnpack(t *testing.T) {
 	p2, err := c.Layer(context.Background(), "snap_dir", shaHex(blob), memBlobs{}.opener("k", nil))
 	if err != nil || p2 != p || mounted(p2) {
 		t.Fatalf("reuse of an unpacked layer: %s %v", p2, err)
-	}
-}
-
-// TestPrimedLayerNeedsNoFetch: a layer primed during its capture (Fork's
-// path) is served without reading its blob, with the same files as one
-// built from the blob; an aborted primer leaves nothing behind.
-func TestPrimedLayerNeedsNoFetch(t *testing.T) {
-	needRoot(t)
-	upper := workspaceUpper(t)
-	c, dir := newCache(t, Limits{})
-	ctx := context.Background()
-	p, err := c.Prime(ctx)
-	must(t, err)
-	if p == nil {
-		t.Skip("images cannot be mounted here")
-	}
-	var buf bytes.Buffer
-	st, err := Capture(ctx, upper, &buf, CaptureOptions{Tee: p})
-	must(t, err)
-	if err := p.Commit("snap_primed", st.SHA256); errors.Is(err, errNoMount) {
-		t.Skip("this kernel cannot mount layer images")
-	} else {
-		must(t, err)
-	}
-	var calls int64
-	l, err := c.Layer(ctx, "snap_primed", st.SHA256, memBlobs{}.opener("k", &calls))
-	must(t, err)
-	if calls != 0 || !mounted(l) {
-		t.Fatalf("primed layer: %d blob reads, mounted %v", calls, mounted(l))
-	}
-	diffTrees(t, describe(t, unpackTo(t, buf.Bytes()), true), describe(t, l, true))
-
-	// Abort: no temp image stays.
-	p2, err := c.Prime(ctx)
-	must(t, err)
-	_, err = Capture(ctx, upper, io.Discard, CaptureOptions{Tee: p2})
-	must(t, err)
-	p2.Abort()
-	for _, e := range dirEntries(t, dir) {
-		if strings.HasPrefix(e, ".tmp-") {
-			t.Fatalf("aborted primer left %s", e)
-		}
 	}
 }
