@@ -53,6 +53,9 @@ type CreateSandboxRequest struct {
 	// Isolation is IsolationRunc (default) or IsolationGVisor; fixed at
 	// creation.
 	Isolation string `json:"isolation,omitempty"`
+	// Sleep is the sleep mode (SleepFreeze, SleepCheckpoint, SleepStop);
+	// "" is the operator's default. Fixed at creation.
+	Sleep string `json:"sleep,omitempty"`
 }
 
 // Isolation levels.
@@ -93,6 +96,18 @@ type Sandbox struct {
 	// Node is the node that runs (or last ran) the sandbox: its owner in
 	// a cluster, the local node's name on a single host.
 	Node string `json:"node,omitempty"`
+	// Sleep is the sandbox's sleep mode (SleepFreeze, SleepCheckpoint,
+	// SleepStop). While it sleeps, SleepTier is the tier it sleeps in now
+	// (a frozen sandbox escalates to checkpoint or stop) and FrozenAt,
+	// with the freeze tier, when it was frozen. The state stays
+	// "sleeping" in every tier.
+	Sleep     string     `json:"sleep,omitempty"`
+	SleepTier string     `json:"sleepTier,omitempty"`
+	FrozenAt  *time.Time `json:"frozenAt,omitempty"`
+	// LastWake says how the last wake went: "thaw" (processes continued)
+	// or "reboot: <why>" (booted from its files instead); "" after a stop
+	// tier's wake, which always boots from files.
+	LastWake string `json:"lastWake,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -36,11 +36,13 @@ type Spec struct {
 	Isolation   string             `json:"isolation,omitempty"`
 	Persist     string             `json:"persist,omitempty"`
 	// PersistEvery is the checkpoint period of persist "interval".
-	PersistEvery time.Duration     `json:"persistEvery,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	SleepAfter   time.Duration     `json:"sleepAfter"`
-	KeepAlive    bool              `json:"keepAlive,omitempty"`
+	PersistEvery time.Duration `json:"persistEvery,omitempty"`
+	// Sleep is the sleep mode (api.Sleep*), "" for the node's default.
+	Sleep      string            `json:"sleep,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	SleepAfter time.Duration     `json:"sleepAfter"`
+	KeepAlive  bool              `json:"keepAlive,omitempty"`
 }
 
 // Options configure the class.
@@ -131,7 +133,10 @@ func (s *Sandbox) create(ctx context.Context, req api.CreateSandboxRequest) (Cre
 		Image: req.Image, Snapshot: req.Snapshot, Instance: req.Instance, Resources: req.Resources,
 		Internet: req.Internet != nil && *req.Internet, Network: req.Network, Isolation: req.Isolation,
 		Persist: req.Persist, Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
-		KeepAlive: req.KeepAlive != nil && *req.KeepAlive,
+		KeepAlive: req.KeepAlive != nil && *req.KeepAlive, Sleep: req.Sleep,
+	}
+	if err := api.ValidSleepMode(req.Sleep); err != nil {
+		return CreateResult{}, err
 	}
 	every, err := api.ParsePersistEvery(req.Persist, req.PersistEvery)
 	if err != nil {
@@ -393,6 +398,7 @@ func specFrom(sb api.Sandbox, sleepAfter time.Duration, keepAlive bool) Spec {
 		Image: sb.Image, ImageDigest: sb.ImageDigest, Snapshot: sb.Snapshot, Instance: sb.Instance,
 		Internet: sb.Internet, Network: sb.Network, Isolation: sb.Isolation, Persist: sb.Persist,
 		Env: sb.Env, Labels: sb.Labels, SleepAfter: sleepAfter, KeepAlive: keepAlive,
+		Sleep: sb.Sleep,
 	}
 	if sb.PersistEvery != "" {
 		sp.PersistEvery, _ = time.ParseDuration(sb.PersistEvery)
@@ -409,7 +415,7 @@ func (sp Spec) startOptions() durable.StartOptions {
 	o := durable.StartOptions{
 		Image: sp.Image, Instance: sp.Instance, Internet: sp.Internet, Env: sp.Env, Labels: sp.Labels,
 		Network: sp.Network, Isolation: sp.Isolation, Persist: sp.Persist, PersistEvery: sp.PersistEvery,
-		SleepAfter: sp.SleepAfter, KeepAlive: sp.KeepAlive, SelfSleep: true,
+		SleepAfter: sp.SleepAfter, KeepAlive: sp.KeepAlive, SelfSleep: true, Sleep: sp.Sleep,
 	}
 	if sp.Resources != nil {
 		o.Resources = &durable.Resources{VCPU: sp.Resources.VCPU, MemoryMiB: sp.Resources.MemoryMiB, DiskMB: sp.Resources.DiskMB}

@@ -87,6 +87,14 @@ type Config struct {
 	// 30 s); past those a start is answered 429 with Retry-After.
 	StartLimit, StartQueue int
 	StartWait              time.Duration
+	// SleepMode is the sleep mode of sandboxes created without one
+	// (berth serve --sleep-mode; "" = api.SleepStop). FreezeMax and
+	// FreezeMemoryMiB bound the freeze tier (--freeze-max,
+	// --freeze-memory; 0: no bound): past them a frozen sandbox, oldest
+	// first, escalates to checkpoint or stop.
+	SleepMode       string
+	FreezeMax       time.Duration
+	FreezeMemoryMiB int64
 }
 
 // NodeConfig is this process's membership in its cluster (package

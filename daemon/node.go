@@ -236,20 +236,26 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		PreviewURLs: w.PreviewURLs,
 		Blobs:       blobs, Snapshots: layers{cache, rfs},
 		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
-		UserNS:           local.UserNSConfig{Base: cfg.UserNSBase},
-		Runtime:          rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},
-		Isolations:       isolations,
-		DefaultIsolation: cfg.DefaultIsolation,
-		DiskMB:           cfg.UpperSize / (1000 * 1000), // the writable layers' btrfs file
-		RunDir:           cfg.RunDir,
-		AgentBinary:      agentBin,
-		DNS:              []string{network.Gateway(subnet).String()},
-		Egress:           eg,
-		AlarmTick:        cfg.AlarmTick,
-		Logf:             w.Logf,
-		NodeName:         w.NodeName,
-		Gate:             local.GateConfig{Limit: cfg.StartLimit, MaxQueue: cfg.StartQueue, MaxWait: cfg.StartWait},
-		PoolMemoryMiB:    cfg.PoolMemoryMiB,
+		UserNS:            local.UserNSConfig{Base: cfg.UserNSBase},
+		Runtime:           rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},
+		Isolations:        isolations,
+		DefaultIsolation:  cfg.DefaultIsolation,
+		DiskMB:            cfg.UpperSize / (1000 * 1000), // the writable layers' btrfs file
+		RunDir:            cfg.RunDir,
+		AgentBinary:       agentBin,
+		DNS:               []string{network.Gateway(subnet).String()},
+		Egress:            eg,
+		AlarmTick:         cfg.AlarmTick,
+		Logf:              w.Logf,
+		NodeName:          w.NodeName,
+		Gate:              local.GateConfig{Limit: cfg.StartLimit, MaxQueue: cfg.StartQueue, MaxWait: cfg.StartWait},
+		PoolMemoryMiB:     cfg.PoolMemoryMiB,
+		DefaultSleep:      cfg.SleepMode,
+		FreezeMax:         cfg.FreezeMax,
+		FreezeMemoryBytes: cfg.FreezeMemoryMiB << 20,
+	}
+	if err := api.ValidSleepMode(cfg.SleepMode); err != nil {
+		return nil, fmt.Errorf("--sleep-mode: %w", err)
 	}
 	if mc.Pools, err = poolSpecs(*cfg, w.Policy); err != nil {
 		return nil, err

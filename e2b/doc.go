@@ -31,8 +31,11 @@
 //   - Create with volumeMounts or mcp, network rules/transforms,
 //     egressProxy, httpsPorts, maskRequestHost or allowPublicTraffic:false:
 //     400 {code, message}.
-//   - pause() keeps files but not memory: processes end (connect() starts
-//     the sandbox again). onResume "reboot" is therefore the same as
+//   - pause() keeps memory only when the operator's sleep mode is freeze
+//     (berth serve --sleep-mode freeze): pause() then freezes the sandbox
+//     and connect() thaws it, processes continuing. Under the default
+//     (stop) pause() keeps files but not memory: processes end, connect()
+//     starts the sandbox again, and onResume "reboot" is the same as
 //     "restore".
 //   - File metadata (write with metadata): 400 "not supported".
 //   - StreamInput (unused by the SDKs): Connect unimplemented.

@@ -96,7 +96,7 @@ type Resources struct {
 // Starting a sandbox that exists but sleeps wakes it with its files:
 // Image must then be empty or the image it was created from, Snapshot
 // must be nil (a snapshot starts afresh: the old files go), Env, Labels,
-// Persist and Isolation keep their values from creation (an Isolation
+// Persist, Sleep and Isolation keep their values from creation (an Isolation
 // that differs is refused), and Instance, Resources, Internet, Network,
 // SleepAfter and KeepAlive apply from this start on.
 type StartOptions struct {
@@ -121,6 +121,9 @@ type StartOptions struct {
 	Persist string `json:"persist,omitempty"`
 	// PersistEvery is the checkpoint period of api.PersistInterval.
 	PersistEvery time.Duration `json:"persistEvery,omitempty"`
+	// Sleep is the sleep mode (api.SleepFreeze, api.SleepCheckpoint,
+	// api.SleepStop); "" is the node's default. Chosen at creation.
+	Sleep string `json:"sleep,omitempty"`
 	// SleepAfter is the inactivity timeout (0: the platform's 10m) and
 	// KeepAlive turns it off.
 	SleepAfter time.Duration `json:"sleepAfter,omitempty"`

@@ -147,6 +147,9 @@ func validateCreateSnapshot(req *api.CreateSandboxRequest) error {
 			return err
 		}
 	}
+	if err := api.ValidSleepMode(req.Sleep); err != nil {
+		return err
+	}
 	switch req.Persist {
 	case "", api.PersistNone, api.PersistDisk, api.PersistInterval:
 		_, err := api.ParsePersistEvery(req.Persist, req.PersistEvery)

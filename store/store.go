@@ -65,6 +65,14 @@ type Sandbox struct {
 	HostUID uint32
 	// Isolation is api.IsolationRunc or api.IsolationGVisor ("" = runc).
 	Isolation string
+	// Sleep is the sleep mode (api.Sleep*; "" = api.SleepStop, as every
+	// record made before tiers were). SleepTier is the tier a sleeping
+	// sandbox sleeps in ("" when it runs), FrozenAt when the freeze tier
+	// began, LastWake how the last wake went (api.Sandbox.LastWake).
+	Sleep     string    `json:",omitempty"`
+	SleepTier string    `json:",omitempty"`
+	FrozenAt  time.Time `json:",omitempty"`
+	LastWake  string    `json:",omitempty"`
 	// SelfSleep: its controller object sleeps it from its own alarm
 	// (durable.StartOptions.SelfSleep); the controller's idle timer skips it.
 	SelfSleep bool `json:",omitempty"`

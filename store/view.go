@@ -12,6 +12,20 @@ func (r Sandbox) View() api.Sandbox {
 		Labels: r.Labels, SleepAfter: r.SleepAfter.String(), KeepAlive: r.KeepAlive, IP: r.IP,
 		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
 		Snapshot: r.Snapshot, Persist: r.Persist, Isolation: r.Isolation, Node: r.Owner,
+		Sleep: r.Sleep, LastWake: r.LastWake,
+	}
+	if s.Sleep == "" {
+		s.Sleep = api.SleepStop
+	}
+	if r.State == api.StateSleeping {
+		s.SleepTier = r.SleepTier
+		if s.SleepTier == "" {
+			s.SleepTier = api.SleepStop
+		}
+		if !r.FrozenAt.IsZero() {
+			t := r.FrozenAt
+			s.FrozenAt = &t
+		}
 	}
 	if s.Isolation == "" {
 		s.Isolation = api.IsolationRunc

@@ -127,6 +127,7 @@ without --internet only allowed hosts are reachable; secrets named by
 	f.StringVar(&req.Isolation, "isolation", "", "runc (default) or gvisor: gVisor's user-space kernel between the sandbox and the host")
 	pf.register(cmd)
 	f.StringVar(&req.Persist, "persist", "", "none, disk or interval: with disk, each sleep also snapshots its files to the blob store; interval also checkpoints them every --persist-every while it runs (default none; disk in a cluster)")
+	f.StringVar(&req.Sleep, "sleep", "", "freeze, checkpoint or stop: what a sleep keeps; freeze keeps memory and processes (a wake continues them), stop keeps files only (default: the server's --sleep-mode)")
 	f.StringVar(&req.PersistEvery, "persist-every", "", "with --persist interval: the checkpoint period (10s to 24h, like 10m)")
 	return cmd
 }

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/control/forward"
 	"github.com/berth-sh/berth/daemon"
@@ -147,8 +149,20 @@ Examples:
 	f.DurationVar(&cfg.Member.NodeCache, "route-node-cache", forward.DefaultNodeCacheAge, "how old the owner's node entry (address, heartbeat, draining) a request is routed by may be; 0 reads it on every request")
 	f.StringArrayVar(&cfg.Pools, "pool", nil, "warm pool IMAGE=SIZE[,instance=TYPE][,snapshot=ID] or IMAGE=adaptive,max=N[,min=N][,instance=TYPE][,snapshot=ID] (repeatable): keep SIZE sandboxes of IMAGE started and frozen, so that a matching create claims one in milliseconds (with instance=TYPE only creates of that type match; without, every type, its limits set at claim); an adaptive pool sizes itself from its recent create rate (a minute's worth of creates at that rate), from min (default 0) to max; with snapshot=ID the members start from that snapshot (taken on IMAGE) and serve only creates that restore it; e.g. --pool debian-trixie=4 --pool python=2,instance=basic --pool debian-trixie=adaptive,min=2,max=100,instance=standard-3")
 	f.Int64Var(&cfg.PoolMemoryMiB, "pool-memory", 0, fmt.Sprintf("MiB that all warm pools' idle members may hold, each counted at %d MiB (the host memory an idle sandbox was measured to take); pools that would exceed it stay smaller, and shrink when it is reached; 0: no budget", local.DefaultPoolMemberMiB))
+	f.StringVar(&cfg.SleepMode, "sleep-mode", api.SleepStop, "sleep mode of sandboxes created without --sleep: stop (today's behaviour: files kept, processes end), freeze (the cgroup freezer: memory and processes stay on this host, no CPU; a wake is a thaw) or checkpoint (refused: this node cannot checkpoint yet)")
+	f.DurationVar(&cfg.FreezeMax, "freeze-max", 30*time.Minute, "longest a sandbox stays frozen before it escalates to checkpoint, or stop (files only) where this node cannot checkpoint; 0: no limit")
+	f.Int64Var(&cfg.FreezeMemoryMiB, "freeze-memory", defaultFreezeMemoryMiB(), "MiB of host memory all frozen sandboxes may hold together; past it the oldest frozen escalate first (default: a quarter of host RAM; 0: no budget)")
 	f.IntVar(&cfg.StartLimit, "start-limit", 0, "most sandbox starts (creates and wakes; warm pool claims excluded) that run at once; more wait in a queue fair between tenants (default 2 per CPU)")
 	f.IntVar(&cfg.StartQueue, "start-queue", 1024, "most starts that may wait for a slot; more are answered 429 with Retry-After (-1: none wait)")
 	f.DurationVar(&cfg.StartWait, "start-wait", 30*time.Second, "longest a start waits for a slot before it is answered 429 with Retry-After")
 	return cmd
+}
+
+// defaultFreezeMemoryMiB is a quarter of this host's RAM.
+func defaultFreezeMemoryMiB() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit) / 4 >> 20
 }

@@ -101,6 +101,16 @@ type Config struct {
 	PoolMemoryMiB, PoolMemberMiB int64
 	// Gate bounds how many starts run at once and how many wait (gate.go).
 	Gate GateConfig
+	// Sleep tiers (sleep.go). DefaultSleep applies when a create names no
+	// sleep mode ("" = api.SleepStop). FreezeMax is how long a sandbox
+	// stays frozen before it escalates (0: no limit); FreezeMemoryBytes
+	// bounds the memory all frozen sandboxes hold (0: no budget), the
+	// oldest frozen escalating first. Checkpointer is the checkpoint tier;
+	// nil: this node cannot checkpoint.
+	DefaultSleep      string
+	FreezeMax         time.Duration
+	FreezeMemoryBytes int64
+	Checkpointer      Checkpointer
 }
 
 // Manager is the set of sandbox controllers on this daemon.
@@ -425,6 +435,10 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			return api.Sandbox{}, false, err
 		}
 		a.rec.PersistEvery = every
+		if a.rec.Sleep, err = m.sleepMode(req.Sleep, a.rec.Isolation); err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
 		if req.Snapshot != "" {
 			if err := validSnapshotID(req.Snapshot); err != nil {
 				return api.Sandbox{}, false, err

@@ -140,6 +140,8 @@ type fakeRuntime struct {
 	resized   map[string][3]int64
 	hostname  map[string]string
 	failStart error         // Start fails with it
+	failThaw  error         // Thaw fails with it
+	thaws     int           // Thaw calls
 	block     chan struct{} // Start waits until it is closed (set before use)
 }
 
@@ -156,6 +158,10 @@ func (f *fakeRuntime) Freeze(ctx context.Context, id string) error {
 func (f *fakeRuntime) Thaw(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.thaws++
+	if f.failThaw != nil {
+		return f.failThaw
+	}
 	delete(f.frozen, id)
 	return nil
 }
@@ -239,6 +245,7 @@ func (f *fakeRuntime) Delete(ctx context.Context, id string, force bool) error {
 	}
 	delete(f.running, id)
 	delete(f.bundles, id)
+	delete(f.frozen, id)
 	return nil
 }
 
@@ -251,6 +258,9 @@ func (f *fakeRuntime) State(ctx context.Context, id string) (Container, error) {
 	st := "created"
 	if f.running[id] != nil {
 		st = "running"
+	}
+	if f.frozen[id] {
+		st = "paused"
 	}
 	return Container{ID: id, Status: st}, nil
 }

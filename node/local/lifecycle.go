@@ -70,6 +70,13 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 			return err
 		}
 	}
+	if a.rec.State == api.StateSleeping {
+		if a.rec.SleepTier != api.SleepFreeze {
+			a.rec.LastWake = "" // a stop tier's wake always boots from files
+		} else if m.wakeFrozen(ctx, a) {
+			return nil
+		}
+	}
 	// A start runs to completion even if the request that caused it is
 	// cancelled: other callers may be waiting on the same actor.
 	base := context.WithoutCancel(ctx)
@@ -265,6 +272,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	sp.mark("posture")
 	now := time.Now().UTC()
 	rec.State, rec.StartedAt, rec.ImageDigest, rec.OOMKilled = api.StateRunning, now, img.Digest, false
+	rec.SleepTier, rec.FrozenAt = "", time.Time{}
 	rec.RunID = newArtifactID("run_")
 	rec.IP = att.IP.String()
 	m.touch(a)
@@ -370,6 +378,13 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 		a.agent = nil
 	}
 	a.entrypoint = false
+	if a.rec.SleepTier == api.SleepFreeze {
+		if fz, ok := m.cfg.Runtime.(Freezer); ok {
+			// A frozen container's processes cannot die until thawed
+			// (the v1 freezer): thaw, then the forced delete kills them.
+			_ = fz.Thaw(ctx, id)
+		}
+	}
 	if m.cfg.Runtime.OOMKilled(id) {
 		a.rec.OOMKilled = true
 	}
@@ -394,28 +409,6 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
 		return fmt.Errorf("remove run dir %s: %w", id, err)
 	}
-	return nil
-}
-
-// sleep stops a's compute and marks it sleeping; its files stay on local
-// disk in the writable layer. Callers hold a.mu.
-func (m *Manager) sleep(ctx context.Context, a *actor, reason string) error {
-	if a.rec.State == api.StateSleeping {
-		return nil
-	}
-	if err := m.stopCompute(ctx, a); err != nil {
-		return err
-	}
-	a.rec.State, a.rec.StartedAt, a.rec.IP = api.StateSleeping, time.Time{}, ""
-	if err := m.persist(ctx, a); err != nil {
-		// The files are safe on local disk; only the off-host copy failed.
-		m.cfg.Logf("sandbox %s: persist to blob store: %v", a.name, err)
-		m.journal(ctx, a.name, "persist-failed", err.Error())
-	}
-	if err := m.save(ctx, a); err != nil {
-		return err
-	}
-	m.journal(ctx, a.name, "sleep", reason)
 	return nil
 }
 

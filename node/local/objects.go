@@ -121,7 +121,8 @@ func (m *Manager) watchEntrypoint(name string, ag *agentclient.Client, run strin
 		if a.exists && a.rec.RunID == run && a.rec.State == api.StateRunning {
 			code := *p.ExitCode
 			a.rec.ExitCode = &code // saved by the sleep, so a restart keeps it
-			if err := m.sleep(ctx, a, fmt.Sprintf("entrypoint exited with %d", code)); err != nil {
+			// Its main process ended: nothing is left to freeze.
+			if err := m.sleepStop(ctx, a, fmt.Sprintf("entrypoint exited with %d", code)); err != nil {
 				m.cfg.Logf("sandbox %s: stop after entrypoint exit: %v", name, err)
 			}
 		}

@@ -183,6 +183,9 @@ func (m *Manager) adopt(ctx context.Context, a *actor, c Container) bool {
 			m.cfg.Logf("reconcile: sandbox %s: agent unhealthy, restarting later: %v", a.name, err)
 		}
 	}
+	if rec.State == api.StateSleeping && rec.SleepTier == api.SleepFreeze {
+		return m.adoptFrozen(ctx, a, c)
+	}
 	if rec.State == api.StateSleeping {
 		return false
 	}
@@ -254,6 +257,7 @@ func (m *Manager) Run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			m.tick(ctx, now)
+			m.escalateFrozen(ctx, now)
 		}
 	}
 }
@@ -307,4 +311,42 @@ func (m *Manager) tick(ctx context.Context, now time.Time) {
 		go m.checkpoint(ctx, a, now)
 	}
 	m.fireDue(ctx, now)
+}
+
+// adoptFrozen keeps a sandbox frozen across a daemon restart: its
+// container still holds its processes, frozen, so it stays sleeping in the
+// freeze tier (its agent connection is made again at the thaw). A frozen
+// sandbox whose container is gone sleeps with its files. Callers hold a.mu.
+func (m *Manager) adoptFrozen(ctx context.Context, a *actor, c Container) bool {
+	rec := &a.rec
+	err := fmt.Errorf("its container is %q", c.Status)
+	if c.Status == "paused" || c.Status == "running" {
+		err = nil
+		if fz, ok := m.cfg.Runtime.(Freezer); ok && c.Status == "running" {
+			// Thawed behind berth's back: frozen again, as recorded.
+			fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
+			err = fz.Freeze(fctx, rec.ID)
+			cancel()
+		}
+		if err == nil && m.cfg.Egress != nil {
+			ip, perr := netip.ParseAddr(rec.IP)
+			if perr != nil {
+				err = fmt.Errorf("egress: no address recorded: %w", perr)
+			} else {
+				err = m.cfg.Egress.Attach(a.name, ip, policyOf(*rec))
+			}
+		}
+	}
+	if err == nil {
+		m.journal(ctx, a.name, "adopt", rec.ID+" (frozen)")
+		go m.watchInit(a.name, rec.ID, filepath.Join(m.sandboxDir(rec.ID), "bundle"), rec.RunID)
+		return true
+	}
+	_ = m.stopCompute(ctx, a)
+	rec.SleepTier, rec.FrozenAt, rec.StartedAt, rec.IP = api.SleepStop, time.Time{}, time.Time{}, ""
+	if serr := m.save(ctx, a); serr != nil {
+		m.cfg.Logf("reconcile: %v", serr)
+	}
+	m.journal(ctx, a.name, "reconcile", "frozen compute lost ("+err.Error()+"): sleeps with its files")
+	return false
 }
