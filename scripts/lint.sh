@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint: go vet and staticcheck (checks chosen in staticcheck.conf), each over
+# Lint: gofmt, go vet and staticcheck (checks chosen in staticcheck.conf), each over
 # the default build and over the build with every test tag, so the
 # berthtest switches and the suites under test/ are checked too. staticcheck
 # is pinned here, the one place its version is named; `go run pkg@version`
@@ -10,6 +10,13 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 all_tags=berthtest,integration,adversarial,compat,browser,cluster
+echo "==> gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt: these files need formatting:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
 echo "==> go vet"
 go vet ./...
 go vet -tags "$all_tags" ./...
