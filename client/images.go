@@ -129,3 +129,28 @@ func (c *Client) longOp(ctx context.Context, r request, progress func(api.Progre
 	}
 	return api.Image{}, c.readError(ctx, r.path+": reading the progress stream", err)
 }
+
+// BuildImage runs a Dockerfile build on the server. contextTar is the
+// build context as a tar stream (TarContext makes one from a directory).
+func (c *Client) BuildImage(ctx context.Context, req api.BuildRequest, contextTar io.Reader, progress func(api.Progress)) (api.Image, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"name": req.Name, "dockerfile": req.Dockerfile, "target": req.Target, "instance": req.Instance} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if req.NoCache {
+		q.Set("noCache", "true")
+	}
+	for k, v := range req.BuildArgs {
+		q.Add("buildArg", k+"="+v)
+	}
+	if req.Network != nil {
+		b, err := json.Marshal(req.Network)
+		if err != nil {
+			return api.Image{}, errdefs.InvalidArgument("encoding network policy: %w", err)
+		}
+		q.Set("network", string(b))
+	}
+	return c.longOp(ctx, request{method: http.MethodPost, path: "/v1/images/builds", query: q, body: contextTar, contentType: "application/x-tar"}, progress)
+}

@@ -72,6 +72,12 @@ type Images interface {
 	RemoveImage(ctx context.Context, ref string) error
 }
 
+// ImageBuilds runs Dockerfile builds (package imagebuild). The context is
+// a tar stream; progress (may be nil) gets the build log line by line.
+type ImageBuilds interface {
+	BuildImage(ctx context.Context, req api.BuildRequest, contextTar io.Reader, progress func(api.Progress)) (api.Image, error)
+}
+
 // Snapshots is the snapshot, fork and backup half of the backend.
 type Snapshots interface {
 	Snapshot(ctx context.Context, sandbox string, req api.SnapshotRequest) (api.Snapshot, error)

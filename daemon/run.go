@@ -28,6 +28,7 @@ import (
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/e2b"
+	"github.com/berth-sh/berth/imagebuild"
 	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/policy"
@@ -275,6 +276,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	plane := control.NewPlane(control.PlaneConfig{Objects: objects, Store: st, Node: nd, Local: mgr, Images: images{s: imgs}, NodeName: cfg.Member.Name, Logf: logf})
+	builds, err := imagebuild.New(imagebuild.Options{Images: imgs, Sandboxes: plane, Layers: mgr, Dir: filepath.Join(cfg.DataDir, "builds")})
+	if err != nil {
+		return fmt.Errorf("image builder: %w", err)
+	}
 	if cfg.E2BTemplates == "" {
 		cfg.E2BTemplates = filepath.Join(cfg.DataDir, "e2b-templates.json")
 	}
@@ -291,7 +296,7 @@ func Run(ctx context.Context, cfg Config) error {
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
 	var (
 		loop  atomic.Pointer[membership.Loop] // set once the first heartbeat went out
-		faces = e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools})))
+		faces = e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Builds: builds})))
 		pface = http.Handler(prox)
 	)
 	if cw != nil {

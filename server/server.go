@@ -62,6 +62,9 @@ type Options struct {
 	// Pools reports this node's warm pools (GET /v1/pools, operator
 	// only); nil: none.
 	Pools func() []api.Pool
+	// Builds runs Dockerfile builds (POST /v1/images/builds); nil: that
+	// route answers 412.
+	Builds control.ImageBuilds
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -95,6 +98,7 @@ var routes = []route{
 	{"POST", "/v1/images/pull", (*server).pullImage},
 	{"POST", "/v1/images/import", (*server).importImage},
 	{"POST", "/v1/images/build-base", (*server).buildBase},
+	{"POST", "/v1/images/builds", (*server).buildImage},
 	{"DELETE", "/v1/images/{ref...}", (*server).removeImage},
 	{"POST", "/v1/sandboxes/{name}/snapshots", (*server).createSnapshot},
 	{"GET", "/v1/snapshots", (*server).listSnapshots},

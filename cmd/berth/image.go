@@ -23,7 +23,7 @@ OCI-layout tarball, or building the default debian-trixie base from Debian
 packages. Name an image with --name to refer to it by that name in
 'berth sandbox create --image'.`,
 	}
-	cmd.AddCommand(a.imagePullCmd(), a.imageImportCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageBuildBaseCmd())
+	cmd.AddCommand(a.imagePullCmd(), a.imageImportCmd(), a.imageBuildCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageBuildBaseCmd())
 	return cmd
 }
 
