@@ -87,6 +87,11 @@ func (s *Server) prepareExec(req *api.ExecRequest) (*execPlan, error) {
 		p.env = append(p.env, k+"="+env[k])
 	}
 
+	if req.Cwd == "" && s.cfg.DefaultCwd != "" {
+		if fi, err := os.Stat(s.cfg.DefaultCwd); err == nil && fi.IsDir() {
+			req.Cwd = s.cfg.DefaultCwd
+		}
+	}
 	if req.Cwd == "" {
 		p.dir = acct.home
 		if fi, err := os.Stat(p.dir); err != nil || !fi.IsDir() {

@@ -26,6 +26,9 @@ type Config struct {
 	// DefaultUser runs execs and owns created files when a request names
 	// no user; root is used when the sandbox has no such user.
 	DefaultUser string
+	// DefaultCwd, when set (the image's WORKDIR), is where execs that
+	// name no cwd start, if it is a directory; otherwise the user's home.
+	DefaultCwd string
 	// Version is reported by /v1/health.
 	Version string
 	// Reaper starts and waits for every child. Required.

@@ -68,6 +68,7 @@ func main() {
 	}
 	socket := flag.String("socket", "/.berth/run/"+wire.SocketName, "unix socket to serve the agent API on")
 	defaultUser := flag.String("default-user", "user", "user for execs and new files when a request names none (root if the sandbox has no such user)")
+	defaultCwd := flag.String("default-cwd", "", "working directory for execs that name none (the image's WORKDIR; default the user's home)")
 	version := flag.Bool("version", false, "print the version and exit")
 	poolMember := flag.Bool("pool-member", false, "start as a warm-pool member: accept one POST /v1/identity from the host that binds the environment of later execs")
 	// Negative-control flags, in a berthtest build only (testflags*.go).
@@ -100,10 +101,10 @@ func main() {
 		}
 	}
 	reserveThreads(reservedThreads)
-	os.Exit(run(*socket, *defaultUser, !*noFDCheck, *poolMember))
+	os.Exit(run(*socket, *defaultUser, *defaultCwd, !*noFDCheck, *poolMember))
 }
 
-func run(socket, defaultUser string, checkFDs, poolMember bool) int {
+func run(socket, defaultUser, defaultCwd string, checkFDs, poolMember bool) int {
 	pid1 := os.Getpid() == 1
 	if !pid1 {
 		// Run under another init (or in a test): become a subreaper so
@@ -121,7 +122,7 @@ func run(socket, defaultUser string, checkFDs, poolMember bool) int {
 
 	reaper := agent.NewReaper(true)
 	reaper.CheckFDs = checkFDs
-	srv, err := agent.NewServer(agent.Config{DefaultUser: defaultUser, Version: Version, Reaper: reaper, AwaitIdentity: poolMember, SetProcessEnv: true})
+	srv, err := agent.NewServer(agent.Config{DefaultUser: defaultUser, DefaultCwd: defaultCwd, Version: Version, Reaper: reaper, AwaitIdentity: poolMember, SetProcessEnv: true})
 	if err != nil {
 		log.Print(err)
 		return 1

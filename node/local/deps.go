@@ -16,7 +16,9 @@ type Image struct {
 	Digest     string
 	Env        []string
 	WorkingDir string
-	LayerDirs  []string // unpacked read-only layers, lowest first
+	// User is the image's USER: the sandbox's default user when set.
+	User      string
+	LayerDirs []string // unpacked read-only layers, lowest first
 }
 
 // Images resolves a reference and makes its layers ready on this host.

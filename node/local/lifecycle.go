@@ -226,7 +226,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	}
 	b := Bundle{
 		ID: rec.ID, Hostname: a.name, RootfsPath: rootfs,
-		Args:        agentArgs(),
+		Args:        imageAgentArgs(img),
 		Env:         sandboxEnv(img.Env, extraEnv, rec.Env, a.name),
 		Cwd:         "/",
 		MilliCPU:    int64(rec.Resources.VCPU * 1000),
@@ -309,6 +309,20 @@ func (s *steps) mark(name string) {
 func (s *steps) String() string { return s.b.String() + " ms" }
 
 // agentArgs is the agent's command line.
+// imageAgentArgs adds an image's USER and WORKDIR as the agent's defaults
+// for execs that name neither. Images without them (the default base)
+// keep berth's defaults: user "user" (else root) in its home.
+func imageAgentArgs(img Image) []string {
+	args := agentArgs()
+	if u, _, _ := strings.Cut(img.User, ":"); u != "" {
+		args = append(args, "--default-user", u) // the agent runs it with its own primary group
+	}
+	if img.WorkingDir != "" && img.WorkingDir != "/" {
+		args = append(args, "--default-cwd", img.WorkingDir)
+	}
+	return args
+}
+
 func agentArgs() []string {
 	args := []string{agentPathInSandbox, "--socket", socketDirInSandbox + "/" + wire.SocketName}
 	if weaken.Off(weaken.FDAllowlist) {
