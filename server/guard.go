@@ -63,7 +63,7 @@ type GuardOptions struct {
 }
 
 // LongLivedBody is the default GuardOptions.LongLived: the native API's
-// uploads (file content, image import) and everything outside /v1 (the E2B
+// uploads (file content, image import, a build's context) and everything outside /v1 (the E2B
 // face's file uploads and Connect streams, the console), which get the idle
 // bound instead of the whole-body one.
 func LongLivedBody(r *http.Request) bool {
@@ -74,7 +74,7 @@ func LongLivedBody(r *http.Request) bool {
 	switch {
 	case r.Method == http.MethodPut && strings.HasPrefix(p, "/v1/sandboxes/") && strings.HasSuffix(p, "/files/content"):
 		return true
-	case r.Method == http.MethodPost && p == "/v1/images/import":
+	case r.Method == http.MethodPost && (p == "/v1/images/import" || p == "/v1/images/builds"):
 		return true
 	}
 	return false

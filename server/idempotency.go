@@ -49,6 +49,7 @@ var keyRules = map[string]keyRule{
 	// Images.
 	"POST /v1/images/pull":       {op: "pull-image"},
 	"POST /v1/images/import":     {reject: rejectUpload},
+	"POST /v1/images/builds":     {reject: rejectUpload},
 	"POST /v1/images/build-base": {op: "build-base"},
 	"DELETE /v1/images/{ref...}": {op: "remove-image"},
 	// Snapshots, fork, backups.
