@@ -108,7 +108,7 @@ func (bd *build) runStep(ctx context.Context, st *state, c *instructions.RunComm
 	}()
 	l, err := bd.storeSnapshot(ctx, snap.ID)
 	if err != nil {
-		return false, fmt.Errorf("Dockerfile line %d: RUN: store the layer: %w", line(c), err)
+		return false, errdefs.Wrap(errdefs.Kind(err), err, "Dockerfile line %d: RUN: store the layer", line(c))
 	}
 	if err := bd.b.cache.put(key, l); err != nil {
 		return false, err
