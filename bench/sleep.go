@@ -34,6 +34,9 @@ type SleepTiersReport struct {
 var (
 	freezeInRE = regexp.MustCompile(`freeze in ([0-9.]+) ms`)
 	thawInRE   = regexp.MustCompile(`thaw in ([0-9.]+) ms \(agent checked in ([0-9.]+) ms\)`)
+	// httpCallRE is the journal entry of the API call itself, beside the
+	// lifecycle entry that holds the times.
+	httpCallRE = regexp.MustCompile(`^[A-Z]+ /`)
 )
 
 // sleepTiersScenario runs rounds of sleep → wake → first exec on a
@@ -98,6 +101,7 @@ func freezerTimes(ctx context.Context, c *client.Client, name string) (freeze, t
 	var fz, th []string
 	for i := len(j) - 1; i >= 0 && (fz == nil || th == nil); i-- {
 		switch e := j[i]; {
+		case httpCallRE.MatchString(e.Detail):
 		case e.Op == "sleep" && fz == nil:
 			if fz = freezeInRE.FindStringSubmatch(e.Detail); fz == nil {
 				return 0, 0, 0, fmt.Errorf("%s: the newest sleep was not a freeze: %q", name, e.Detail)
