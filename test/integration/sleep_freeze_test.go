@@ -320,7 +320,8 @@ func TestFreezeKeepsProcesses(t *testing.T) {
 }
 
 // TestFreezeCostsNoCPU: a busy-looping sandbox, frozen, accrues no CPU
-// time over 10 s; the negative control is the same sandbox running.
+// time over 10 s (under 10 ms); the negative control is the same sandbox
+// running, which accrues at least 0.05 core-s/s even on a busy host.
 func TestFreezeCostsNoCPU(t *testing.T) {
 	sb := sandbox(t, api.CreateSandboxRequest{Name: "it-frz-cpu", Sleep: api.SleepFreeze,
 		Resources: &api.Resources{VCPU: 1, MemoryMiB: 1024, DiskMB: 4000}})
@@ -334,7 +335,9 @@ func TestFreezeCostsNoCPU(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	running := float64(readHostInt(t, usage)-u0) / 1e9 / time.Since(t0).Seconds()
 	t.Logf("running, busy loop: %.3f core-s/s", running)
-	if running < 0.3 {
+	// The machine is shared: the loop gets what is left of it (0.2 to 0.75
+	// core-s/s seen). At 0.05 it still accrues 50 times the frozen bound.
+	if running < 0.05 {
 		t.Fatalf("negative control: the busy loop used %.3f core-s/s; the meter does not see it", running)
 	}
 	sleepFrozen(t, "it-frz-cpu")
@@ -349,7 +352,7 @@ func TestFreezeCostsNoCPU(t *testing.T) {
 	run(t, "it-frz-cpu", "true")
 	u0 = readHostInt(t, usage)
 	time.Sleep(2 * time.Second)
-	if readHostInt(t, usage)-u0 < 300e6 {
+	if readHostInt(t, usage)-u0 < 100e6 {
 		t.Fatal("the busy loop did not continue after the thaw")
 	}
 }
