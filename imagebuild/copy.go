@@ -126,8 +126,13 @@ func copySource(root int, rel, dst string, o copyOpts) error {
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		if err := mkdirOwned(dst, &st, o); err != nil {
-			return err
+		// A destination the stage already has (mirrored into staging)
+		// keeps its owner and mode; a new one gets --chown and the
+		// source's mode.
+		if _, err := os.Lstat(dst); err != nil {
+			if err := mkdirOwned(dst, &st, o); err != nil {
+				return err
+			}
 		}
 		return copyDirContents(fd, dst, o, 0)
 	case unix.S_IFREG:

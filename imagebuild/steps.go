@@ -221,9 +221,22 @@ func (bd *build) copy(ctx context.Context, st *state, c instructions.Command, sd
 	}
 	own, err := lookupOwner(dv, chown)
 	destIsDir := strings.HasSuffix(sd.DestPath, "/") || sd.DestPath == "." || dv.isDir(st.abs(sd.DestPath))
+	if err != nil {
+		dv.close()
+		return false, refuse(c, "--chown=%s: %v", chown, err)
+	}
+	stg, err := os.MkdirTemp(bd.tmp, "copy-")
+	if err != nil {
+		dv.close()
+		return false, err
+	}
+	defer os.RemoveAll(stg)
+	// The destination's existing parents keep the stage's owner and mode
+	// (COPY into /tmp/ must not turn /tmp 0755).
+	err = dv.mirrorParents(stg, st.abs(sd.DestPath), destIsDir)
 	dv.close()
 	if err != nil {
-		return false, refuse(c, "--chown=%s: %v", chown, err)
+		return false, err
 	}
 	o := copyOpts{own: own}
 	if chmod != "" {
@@ -240,11 +253,6 @@ func (bd *build) copy(ctx context.Context, st *state, c instructions.Command, sd
 			return false, refuse(c, "with several sources the destination must be a directory ending in /")
 		}
 	}
-	stg, err := os.MkdirTemp(bd.tmp, "copy-")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(stg)
 	dest := filepath.Join(stg, filepath.FromSlash(st.abs(sd.DestPath)))
 	for _, rel := range srcs {
 		target := dest

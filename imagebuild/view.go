@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -78,6 +80,44 @@ func (v *view) isDir(p string) bool {
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// mirrorParents creates in stg the directories on the way to p (and p
+// itself when it is a directory destination) with the owner and mode they
+// have in the view, 0755 root where the view lacks them.
+func (v *view) mirrorParents(stg, p string, self bool) error {
+	parts := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
+	if !self {
+		parts = parts[:len(parts)-1]
+	}
+	cur := ""
+	for _, part := range parts {
+		if part == "" {
+			continue
+		}
+		cur = path.Join(cur, part)
+		d := filepath.Join(stg, filepath.FromSlash(cur))
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+		fd, err := openIn(v.fd, cur, unix.O_PATH)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		if err := os.Lchown(d, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, os.FileMode(st.Mode&0o777)|modeBits(st.Mode)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readSmall reads a small file (passwd, group) inside the view.
