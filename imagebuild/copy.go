@@ -244,8 +244,14 @@ func copyFile(fd int, st *unix.Stat_t, dst string, o copyOpts) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	src := os.NewFile(uintptr(fd), dst)
-	// src shares fd with the caller, who closes it.
+	// The caller owns fd; read through a duplicate that src owns (an
+	// *os.File closes its fd when collected).
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	src := os.NewFile(uintptr(dup), dst)
+	defer src.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
