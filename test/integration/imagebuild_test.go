@@ -48,6 +48,13 @@ func buildContext(t *testing.T, lastStep string) string {
 	}
 	zw.Close()
 	os.WriteFile(filepath.Join(dir, "greet-1.0-py3-none-any.whl"), wb.Bytes(), 0o644)
+	writeDockerfile(t, dir, lastStep)
+	return dir
+}
+
+// writeDockerfile writes the test Dockerfile; lastStep is what its last
+// RUN writes.
+func writeDockerfile(t *testing.T, dir, lastStep string) {
 	df := `FROM debian-trixie AS build
 COPY hello /src/hello
 RUN /src/hello > /src/hello.out && test -s /src/hello.out
@@ -66,8 +73,9 @@ WORKDIR /srv/app
 RUN echo ` + lastStep + ` > /srv/app/last.txt
 CMD ["hello"]
 `
-	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644)
-	return dir
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func buildDir(t *testing.T, c *client.Client, dir string, req api.BuildRequest) (api.Image, []string, time.Duration, error) {
@@ -118,8 +126,10 @@ func TestImageBuildMultiStage(t *testing.T) {
 
 	// Only the last RUN changed: the RUN steps before it are CACHED,
 	// the last one reruns.
-	dir3 := buildContext(t, "step-v2")
-	img3, log3, last, err := buildDir(t, d.c, dir3, api.BuildRequest{Name: "it-build:v2"})
+	// Same context files (their mtimes are inputs too), only the last
+	// RUN changed.
+	writeDockerfile(t, dir, "step-v2")
+	img3, log3, last, err := buildDir(t, d.c, dir, api.BuildRequest{Name: "it-build:v2"})
 	if err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, strings.Join(log3, "\n"))
 	}
