@@ -6,6 +6,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // buildContext writes the multi-stage test context: a static Go binary
@@ -164,4 +166,34 @@ func countCached(log []string) int {
 		}
 	}
 	return n
+}
+
+// Hostile COPY sources are refused through the real API, naming the line;
+// the negative control is an in-context COPY of the same shape building.
+func TestImageBuildHostileCopy(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.txt"), []byte("in context\n"), 0o644)
+	os.Symlink("/etc/shadow", filepath.Join(dir, "link"))
+	for _, tc := range []struct{ copy, want string }{
+		{"COPY ../../etc/shadow /x", "line 2: COPY: source \"../../etc/shadow\" is outside the build context"},
+		{"COPY link /x", "line 2: COPY: source \"/link\" not found"}, // resolved in the context, which has no /etc/shadow
+		{"RUN --mount=type=secret,id=s cat /run/secrets/s", "line 2: RUN: --mount"},
+		{"HEALTHCHECK CMD true", "line 2: HEALTHCHECK"},
+	} {
+		os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM debian-trixie\n"+tc.copy+"\n"), 0o644)
+		_, log, _, err := buildDir(t, d.c, dir, api.BuildRequest{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want an error containing %q\n%s", tc.copy, err, tc.want, strings.Join(log, "\n"))
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM debian-trixie\nCOPY ok.txt /x\n"), 0o644)
+	img, log, _, err := buildDir(t, d.c, dir, api.BuildRequest{Name: "it-build-ok"})
+	if err != nil {
+		t.Fatalf("negative control: %v\n%s", err, strings.Join(log, "\n"))
+	}
+	t.Cleanup(func() { _ = d.c.RemoveImage(context.Background(), "it-build-ok") })
+	sandbox(t, api.CreateSandboxRequest{Name: "it-build-ok", Image: img.Digest})
+	if out := run(t, "it-build-ok", "cat /x; stat -c %a /"); out.Stdout != "in context\n755\n" {
+		t.Fatalf("negative control: got %q", out.Stdout)
+	}
 }
