@@ -148,6 +148,7 @@ type Store interface {
 	Artifacts
 	Objects
 	Ops
+	Volumes
 	Close() error
 }
 
