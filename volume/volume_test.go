@@ -284,7 +284,6 @@ func isMountRoot(t *testing.T, p string) bool {
 	return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
-
 func unmountUnder(dir string) {
 	b, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, l := range strings.Split(string(b), "\n") {
