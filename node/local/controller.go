@@ -29,6 +29,9 @@ type Config struct {
 	Rootfs  Rootfs
 	Network Network
 	Runtime Runtime
+	// Volumes mounts named volumes (nil: a create that asks for volumes
+	// is refused).
+	Volumes Volumes
 	// Blobs and Snapshots enable snapshots, fork, persist=disk and
 	// backups; without them those calls fail with a clear error.
 	Blobs     blob.Store
@@ -153,6 +156,9 @@ type actor struct {
 	// forkSnap is the last snapshot Fork took of this sandbox, which a
 	// later fork reuses while the upper is unchanged (reusableForkSnapshot).
 	forkSnap forkSnap
+	// rootfs is where this run's root is mounted on the host ("" until a
+	// start mounts it, and after a daemon restart): volumes detach there.
+	rootfs string
 
 	// activity is guarded by actMu, not mu, so exec does not wait for a
 	// slow lifecycle op just to record that it ran.
@@ -436,6 +442,10 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 		}
 		a.rec.PersistEvery = every
 		if a.rec.Sleep, err = m.sleepMode(req.Sleep, a.rec.Isolation); err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
+		if err := m.volumesFor(&a.rec, req); err != nil {
 			m.drop(a)
 			return api.Sandbox{}, false, err
 		}

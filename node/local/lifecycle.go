@@ -204,6 +204,10 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	}
 	failpoint.Hit("start.network-ready")
 	sp.mark("egress")
+	a.rootfs = rootfs
+	if err := m.attachVolumes(ctx, a, userns); err != nil {
+		return err
+	}
 
 	dir := m.sandboxDir(rec.ID)
 	agentDir := filepath.Join(dir, "agent")
@@ -399,6 +403,9 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 	failpoint.Hit("stop.container-deleted")
 	if err := m.cfg.Network.Teardown(ctx, id); err != nil {
 		return fmt.Errorf("network teardown %s: %w", id, err)
+	}
+	if err := m.detachVolumes(ctx, a); err != nil {
+		return err
 	}
 	if err := m.cfg.Rootfs.Unmount(ctx, id); err != nil {
 		return fmt.Errorf("unmount rootfs %s: %w", id, err)
