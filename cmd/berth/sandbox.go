@@ -30,6 +30,7 @@ func (a *app) sandboxCreateCmd() *cobra.Command {
 		req                api.CreateSandboxRequest
 		res                api.Resources
 		env, labels        []string
+		volumes            []string
 		unsetEnv           []string
 		internet, keepLive bool
 		getOrCreate        bool
@@ -75,6 +76,9 @@ without --internet only allowed hosts are reachable; secrets named by
 				return err
 			}
 			if req.Labels, err = parseKV("label", labels); err != nil {
+				return err
+			}
+			if req.Volumes, err = parseVolumeFlags(volumes); err != nil {
 				return err
 			}
 			f := cmd.Flags()
@@ -124,6 +128,7 @@ without --internet only allowed hosts are reachable; secrets named by
 	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
 	f.BoolVar(&getOrCreate, "get", false, "return the sandbox if it exists instead of failing")
 	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot's files (see 'berth snapshot ls')")
+	f.StringArrayVar(&volumes, "volume", nil, "mount a named volume, NAME:PATH or NAME:PATH:ro (repeatable; see 'berth volume')")
 	f.StringVar(&req.Isolation, "isolation", "", "runc (default) or gvisor: gVisor's user-space kernel between the sandbox and the host")
 	pf.register(cmd)
 	f.StringVar(&req.Persist, "persist", "", "none, disk or interval: with disk, each sleep also snapshots its files to the blob store; interval also checkpoints them every --persist-every while it runs (default none; disk in a cluster)")
