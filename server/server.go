@@ -63,7 +63,7 @@ type Options struct {
 	// only); nil: none.
 	Pools func() []api.Pool
 	// Volumes serves /v1/volumes (volumes.go); nil: those routes answer
-	// 412.
+	// 409 (failed precondition).
 	Volumes Volumes
 }
 
