@@ -208,6 +208,9 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	if err := m.attachVolumes(ctx, a, userns); err != nil {
 		return err
 	}
+	if len(rec.Volumes) > 0 {
+		sp.mark("volumes")
+	}
 
 	dir := m.sandboxDir(rec.ID)
 	agentDir := filepath.Join(dir, "agent")
