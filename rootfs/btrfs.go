@@ -15,7 +15,6 @@ var (
 	setLimit      = btrfs.SetLimit
 	removeQgroup  = btrfs.RemoveQgroup
 	isBtrfs       = btrfs.IsBtrfs
-	openDir       = btrfs.OpenDir
 )
 
 func exists(p string) bool {
