@@ -177,10 +177,12 @@ func TestVolumeFigures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, j := range js {
-					if m := stepRE.FindStringSubmatch(j.Detail); j.Op == "start" && m != nil {
+				// The journal outlives a destroy: the newest start is this run's.
+				for k := len(js) - 1; k >= 0; k-- {
+					if m := stepRE.FindStringSubmatch(js[k].Detail); js[k].Op == "start" && m != nil {
 						f, _ := strconv.ParseFloat(m[1], 64)
 						attach = append(attach, f)
+						break
 					}
 				}
 			} else if i >= 0 {
