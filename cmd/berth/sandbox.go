@@ -61,6 +61,7 @@ Examples:
   berth sandbox create ci-1 --image node --env NODE_ENV=test --label team=ci
   berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000
   berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk
+  berth sandbox create worker --volume data:/data --volume models:/models:ro
   berth sandbox create job-7 --persist interval --persist-every 5m   # a node's loss costs at most 5 min of files
   berth sandbox create agent-9 --allow api.github.com --allow '*.pypi.org' \
     --inject 'host=api.github.com,header=Authorization,secret=github,prefix=Bearer'
