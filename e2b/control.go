@@ -510,8 +510,11 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, id string, 
 	return nil
 }
 
-// pause stops the sandbox's compute and keeps its files (berth does not
-// keep memory: running processes end). A paused sandbox answers 409.
+// pause puts the sandbox to sleep in its sleep mode's tier: frozen (the
+// operator default freeze: memory and processes stay, and this API keeps
+// its process table so Connect and List find them after the thaw) or
+// stopped (files only: running processes end). Open streams end either
+// way. A paused sandbox answers 409.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) error {
 	sb, err := h.lookup(r.Context(), id)
 	if err != nil {
@@ -520,9 +523,13 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) error
 	if sb.State == api.StateSleeping {
 		return errdefs.FailedPrecondition("sandbox %s is already paused", id)
 	}
-	h.endStreams(id, errSandboxGone)
+	h.cancelStreams(id, errSandboxGone)
 	if err := h.b.Sleep(r.Context(), id); err != nil {
+		h.forgetRun(id)
 		return err
+	}
+	if after, err := h.lookup(r.Context(), id); err != nil || after.SleepTier != api.SleepFreeze {
+		h.forgetRun(id)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -47,7 +47,11 @@
 //     400 {code, message}.
 //   - pause() keeps memory only when the operator's sleep mode is freeze
 //     (berth serve --sleep-mode freeze): pause() then freezes the sandbox
-//     and connect() thaws it, processes continuing. Under the default
+//     and connect() thaws it, processes continuing (background commands
+//     stay in commands.list() and can be connected to again; the
+//     code interpreter keeps its variables). Streams open at the pause end
+//     and must be reconnected. A frozen sandbox escalates to a stop (files
+//     only) after --freeze-max or under --freeze-memory. Under the default
 //     (stop) pause() keeps files but not memory: processes end, connect()
 //     starts the sandbox again, and onResume "reboot" is the same as
 //     "restore".

@@ -91,7 +91,10 @@ func (f *fakeBackend) Sleep(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb := f.sbs[name]
-	sb.State = api.StateSleeping
+	sb.State, sb.SleepTier = api.StateSleeping, api.SleepStop
+	if sb.Sleep == api.SleepFreeze {
+		sb.SleepTier = api.SleepFreeze
+	}
 	f.sbs[name] = sb
 	return nil
 }
