@@ -293,3 +293,71 @@ func unmountUnder(dir string) {
 		}
 	}
 }
+
+// TestForkUsage pins down what the docs say a fork's usage is: under
+// simple quotas (the mode berth prefers) a fork is charged only for what
+// it writes; under full qgroups it is charged for what it shares too.
+func TestForkUsage(t *testing.T) {
+	ctx := context.Background()
+	m := openTest(t, nil)
+	if _, err := m.Create(ctx, "o", 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	root := fakeRoot(t)
+	ms := []api.VolumeMount{{Name: "o", Path: "/o"}}
+	if err := m.Attach(ctx, "a", "", root, ms, zeroMap); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fill(filepath.Join(root, "o/data"), 16<<20); err != nil {
+		t.Fatalf("fill after %d bytes: %v", n, err)
+	}
+	detachAll(t, m, "a", root, ms)
+	unix.Sync()
+	if _, err := m.Fork(ctx, "o", "f", 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Sync()
+	o, _ := m.Get(ctx, "o")
+	f, _ := m.Get(ctx, "f")
+	mode, _ := os.ReadFile(filepath.Join("/sys/fs/btrfs", fsUUID(t, m.mnt), "qgroups/mode"))
+	t.Logf("quota mode %q: origin uses %d bytes, fork %d", strings.TrimSpace(string(mode)), o.UsedBytes, f.UsedBytes)
+	if o.UsedBytes < 16<<20 {
+		t.Fatalf("origin usage %d, want >= 16 MiB", o.UsedBytes)
+	}
+	switch strings.TrimSpace(string(mode)) {
+	case "squota":
+		if f.UsedBytes > 1<<20 {
+			t.Fatalf("simple quotas: a fresh fork is charged %d bytes, want ~0", f.UsedBytes)
+		}
+	case "qgroup":
+		if f.UsedBytes < 16<<20 {
+			t.Fatalf("full qgroups: a fork's referenced bytes %d, want >= 16 MiB", f.UsedBytes)
+		}
+	}
+}
+
+func fsUUID(t *testing.T, mnt string) string {
+	t.Helper()
+	// The filesystem's sysfs directory is named by its fsid (the UUID
+	// for a single-device filesystem); find the one whose devices list
+	// holds the loop device backing mnt.
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var dev string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 9 && f[4] == mnt {
+			for i, x := range f {
+				if x == "-" && i+2 < len(f) {
+					dev = filepath.Base(f[i+2])
+				}
+			}
+		}
+	}
+	ents, _ := os.ReadDir("/sys/fs/btrfs")
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join("/sys/fs/btrfs", e.Name(), "devices", dev)); err == nil && dev != "" {
+			return e.Name()
+		}
+	}
+	return "unknown"
+}
