@@ -24,6 +24,7 @@ import (
 	"github.com/berth-sh/berth/store"
 	"github.com/berth-sh/berth/store/postgres"
 	"github.com/berth-sh/berth/store/sqlite"
+	"github.com/berth-sh/berth/volume"
 )
 
 // OpenNode builds this machine's node as Run wires it (openNode), without
@@ -108,6 +109,7 @@ type localNode struct {
 	store   stateStore
 	imgs    *image.Store
 	rfs     *rootfs.Manager
+	vols    *volume.Manager
 	closers []func()
 }
 
@@ -172,6 +174,10 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
 	n.closers = append(n.closers, func() { rfs.Close() }) // the data dir's lock
+	vols, err := volume.Open(ctx, cfg.DataDir, st, volume.Options{ImageSize: cfg.VolumesSize, Node: w.NodeName, Live: liveSandbox(st)})
+	if err != nil {
+		return nil, err
+	}
 	subnet, err := netip.ParsePrefix(cfg.Subnet)
 	if err != nil {
 		return nil, fmt.Errorf("--subnet %q: %w", cfg.Subnet, err)
@@ -236,6 +242,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		PreviewURLs: w.PreviewURLs,
 		Blobs:       blobs, Snapshots: layers{cache, rfs},
 		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
+		Volumes:           volumesAdapter{vols},
 		UserNS:            local.UserNSConfig{Base: cfg.UserNSBase},
 		Runtime:           rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},
 		Isolations:        isolations,
@@ -276,7 +283,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	}
 	mgr := local.New(mc)
 	imgs.InUse = mgr.ImageInUse
-	n.mgr, n.store, n.imgs, n.rfs = mgr, st, imgs, rfs
+	n.mgr, n.store, n.imgs, n.rfs, n.vols = mgr, st, imgs, rfs, vols
 	ok = true
 	return n, nil
 }
