@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/network"
 	"github.com/berth-sh/berth/node"
@@ -108,6 +109,7 @@ type localNode struct {
 	store   stateStore
 	imgs    *image.Store
 	rfs     *rootfs.Manager
+	sel     *runtime.Selector
 	closers []func()
 }
 
@@ -133,6 +135,12 @@ type nodeWiring struct {
 	PreviewURLs func(preview.Exposure) (url, pathURL string)
 	Policy      *policy.Policy
 	Logf        func(format string, args ...any)
+	// Meter receives the node's and the egress proxy's measurements
+	// (package metrics); nil: none.
+	Meter interface {
+		local.Meter
+		egress.Meter
+	}
 }
 
 // openNode builds the node from cfg (its defaults applied, its dirs made).
@@ -190,7 +198,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	n.closers = append(n.closers, func() { nm.Close() })
 	eg, err := startEgress(ctx, *cfg, subnet, func(ctx context.Context, name string) (string, bool, error) {
 		return n.mgr.Secret(ctx, name)
-	}, w.Logf)
+	}, w.Meter, w.Logf)
 	if err != nil {
 		return nil, err
 	}
@@ -232,12 +240,13 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		w.Logf("images: published to and fetched from %s", blobDesc)
 	}
 
+	sel := &runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}
 	mc := local.Config{
 		PreviewURLs: w.PreviewURLs,
 		Blobs:       blobs, Snapshots: layers{cache, rfs},
 		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
 		UserNS:            local.UserNSConfig{Base: cfg.UserNSBase},
-		Runtime:           rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},
+		Runtime:           rtAdapter{sel},
 		Isolations:        isolations,
 		DefaultIsolation:  cfg.DefaultIsolation,
 		DiskMB:            cfg.UpperSize / (1000 * 1000), // the writable layers' btrfs file
@@ -274,9 +283,12 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	if w.Policy != nil { // nor would a nil *policy.Policy
 		mc.Policy = w.Policy
 	}
+	if w.Meter != nil {
+		mc.Meter = w.Meter
+	}
 	mgr := local.New(mc)
 	imgs.InUse = mgr.ImageInUse
-	n.mgr, n.store, n.imgs, n.rfs = mgr, st, imgs, rfs
+	n.mgr, n.store, n.imgs, n.rfs, n.sel = mgr, st, imgs, rfs, sel
 	ok = true
 	return n, nil
 }

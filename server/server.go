@@ -62,6 +62,9 @@ type Options struct {
 	// Pools reports this node's warm pools (GET /v1/pools, operator
 	// only); nil: none.
 	Pools func() []api.Pool
+	// Usage serves per-sandbox metrics and tenant usage records
+	// (usage.go); nil: those routes answer 412.
+	Usage Usage
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -150,6 +153,9 @@ var routes = []route{
 	// Cluster membership: nodes.go.
 	{"GET", "/v1/pools", (*server).listPools},
 	{"GET", "/v1/nodes", (*server).listNodes},
+	// Usage and metering: usage.go.
+	{"GET", "/v1/sandboxes/{name}/metrics", (*server).sandboxMetrics},
+	{"GET", "/v1/usage", (*server).usage},
 	{"GET", "/v1/nodes/{node}", (*server).getNode},
 	{"POST", "/v1/nodes/{node}/drain", (*server).drainNode},
 	{"POST", "/v1/nodes/{node}/undrain", (*server).undrainNode},
