@@ -114,7 +114,6 @@ type Config struct {
 	// Meter receives start durations, agent deaths and reconcile
 	// repairs (meter.go); nil: none.
 	Meter Meter
-
 }
 
 // Manager is the set of sandbox controllers on this daemon.

@@ -140,7 +140,7 @@ func (m *Manager) collectOrphanBlobs(ctx context.Context) {
 		for _, b := range blobs {
 			if !known[b.Key] {
 				m.cfg.Logf("reconcile: removing unrecorded blob %s", b.Key)
-			m.cfg.Meter.Repaired("orphan-blob")
+				m.cfg.Meter.Repaired("orphan-blob")
 				_ = m.cfg.Blobs.Delete(ctx, b.Key)
 			}
 		}
