@@ -63,7 +63,7 @@ type Options struct {
 	// only); nil: none.
 	Pools func() []api.Pool
 	// Usage serves per-sandbox metrics and tenant usage records
-	// (usage.go); nil: those routes answer 412.
+	// (usage.go); nil: those routes answer failed_precondition.
 	Usage Usage
 }
 
