@@ -111,8 +111,10 @@ func TestHandlerAuth(t *testing.T) {
 
 func TestCountersMoveAndParse(t *testing.T) {
 	reg := metrics.New(metrics.Sources{
-		Sandboxes:     func(context.Context) map[string]int { return map[string]int{api.StateRunning: 3, api.StateSleeping: 1} },
-		Pools:         func() []api.Pool { return []api.Pool{{Image: "debian-trixie", Isolation: "runc", Size: 4, Ready: 2, Starting: 1, Claims: 7}} },
+		Sandboxes: func(context.Context) map[string]int { return map[string]int{api.StateRunning: 3, api.StateSleeping: 1} },
+		Pools: func() []api.Pool {
+			return []api.Pool{{Image: "debian-trixie", Isolation: "runc", Size: 4, Ready: 2, Starting: 1, Claims: 7}}
+		},
 		QueueDepth:    func() int { return 5 },
 		SnapshotBytes: func(context.Context) int64 { return 1 << 20 },
 	})

@@ -148,6 +148,7 @@ Quick start:
 		a.callCmd(),
 		a.nodeCmd(),
 		a.poolCmd(),
+		a.topCmd(),
 	)
 	return root
 }
