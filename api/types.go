@@ -56,6 +56,9 @@ type CreateSandboxRequest struct {
 	// Sleep is the sleep mode (SleepFreeze, SleepCheckpoint, SleepStop);
 	// "" is the operator's default. Fixed at creation.
 	Sleep string `json:"sleep,omitempty"`
+	// Volumes are named volumes mounted at each start (see Volume).
+	// Fixed at creation.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // Isolation levels.
@@ -108,6 +111,8 @@ type Sandbox struct {
 	// or "reboot: <why>" (booted from its files instead); "" after a stop
 	// tier's wake, which always boots from files.
 	LastWake string `json:"lastWake,omitempty"`
+	// Volumes are the sandbox's volume mounts.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -20,6 +20,9 @@ type Options struct {
 	JSON bool // print one JSON object instead of a table
 	// Snapshots adds the snapshot scenario (200 MB / 10k files).
 	Snapshots bool
+	// SleepTiers adds the sleep-tier scenario (sleep.go): freeze and thaw
+	// beside the stop tier's sleep and wake, N rounds each.
+	SleepTiers bool
 	// Burst adds the burst scenario: this many sandboxes created at once,
 	// then measured while they all run idle (0: skip).
 	Burst     int
@@ -78,8 +81,10 @@ type Report struct {
 	Image     string          `json:"image"`
 	Isolation string          `json:"isolation"`
 	Snapshot  *SnapshotReport `json:"snapshot,omitempty"`
-	Burst     *BurstReport    `json:"burst,omitempty"`
-	Pool      *PoolReport     `json:"pool,omitempty"`
+	// SleepTiers is the sleep-tier scenario (Options.SleepTiers).
+	SleepTiers *SleepTiersReport `json:"sleep_tiers,omitempty"`
+	Burst      *BurstReport      `json:"burst,omitempty"`
+	Pool       *PoolReport       `json:"pool,omitempty"`
 	// Ratios of the pool's figures to the cold ones of this run.
 	PoolTTIvsCold    *float64 `json:"pool_tti_vs_cold,omitempty"`
 	PoolTTIvsRuncRun *float64 `json:"pool_tti_vs_runc_run,omitempty"`
@@ -199,6 +204,13 @@ func Run(ctx context.Context, c *client.Client, o Options, out io.Writer) error 
 		}
 		rep.Snapshot = sr
 	}
+	if o.SleepTiers {
+		sr, err := sleepTiersScenario(ctx, c, o, run, o.N, logf)
+		if err != nil {
+			return fmt.Errorf("sleep tiers scenario: %w", err)
+		}
+		rep.SleepTiers = sr
+	}
 	if o.Burst > 0 {
 		br, err := burstScenario(ctx, c, o, run, o.Burst, logf)
 		if err != nil {
@@ -317,6 +329,9 @@ func printTable(out io.Writer, r Report) {
 		fmt.Fprintf(tw, "fork 10 (total)\t%.0f\t\t\t≤ 500\n", s.Fork10)
 		fmt.Fprintf(tw, "fork 10 again, source unchanged (reuses the fork's snapshot)\t%.0f\t\t\t≤ 500\n", s.Fork10Unchanged)
 		tw.Flush()
+	}
+	if r.SleepTiers != nil {
+		printSleepTiers(out, r.SleepTiers)
 	}
 	if b := r.Burst; b != nil {
 		fmt.Fprintf(out, "\nburst scenario: %d sandboxes created at once, %d ready, last after %.0f ms\n", b.N, b.OK, b.WallMs)

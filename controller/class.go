@@ -43,6 +43,8 @@ type Spec struct {
 	Labels     map[string]string `json:"labels,omitempty"`
 	SleepAfter time.Duration     `json:"sleepAfter"`
 	KeepAlive  bool              `json:"keepAlive,omitempty"`
+	// Volumes are the named volumes the sandbox mounts (fixed at creation).
+	Volumes []api.VolumeMount `json:"volumes,omitempty"`
 }
 
 // Options configure the class.
@@ -133,7 +135,7 @@ func (s *Sandbox) create(ctx context.Context, req api.CreateSandboxRequest) (Cre
 		Image: req.Image, Snapshot: req.Snapshot, Instance: req.Instance, Resources: req.Resources,
 		Internet: req.Internet != nil && *req.Internet, Network: req.Network, Isolation: req.Isolation,
 		Persist: req.Persist, Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
-		KeepAlive: req.KeepAlive != nil && *req.KeepAlive, Sleep: req.Sleep,
+		KeepAlive: req.KeepAlive != nil && *req.KeepAlive, Sleep: req.Sleep, Volumes: req.Volumes,
 	}
 	if err := api.ValidSleepMode(req.Sleep); err != nil {
 		return CreateResult{}, err
@@ -415,7 +417,7 @@ func (sp Spec) startOptions() durable.StartOptions {
 	o := durable.StartOptions{
 		Image: sp.Image, Instance: sp.Instance, Internet: sp.Internet, Env: sp.Env, Labels: sp.Labels,
 		Network: sp.Network, Isolation: sp.Isolation, Persist: sp.Persist, PersistEvery: sp.PersistEvery,
-		SleepAfter: sp.SleepAfter, KeepAlive: sp.KeepAlive, SelfSleep: true, Sleep: sp.Sleep,
+		SleepAfter: sp.SleepAfter, KeepAlive: sp.KeepAlive, SelfSleep: true, Sleep: sp.Sleep, Volumes: sp.Volumes,
 	}
 	if sp.Resources != nil {
 		o.Resources = &durable.Resources{VCPU: sp.Resources.VCPU, MemoryMiB: sp.Resources.MemoryMiB, DiskMB: sp.Resources.DiskMB}

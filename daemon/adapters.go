@@ -6,10 +6,13 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/network"
 	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/rootfs"
 	"github.com/berth-sh/berth/runtime"
+	"github.com/berth-sh/berth/store"
+	"github.com/berth-sh/berth/volume"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -158,3 +161,32 @@ func (a rtAdapter) Resize(ctx context.Context, id string, milliCPU, memoryBytes,
 }
 
 var _ local.PoolRuntime = rtAdapter{}
+
+// volumesAdapter adapts volume.Manager to local.Volumes.
+type volumesAdapter struct{ *volume.Manager }
+
+func (v volumesAdapter) Attach(ctx context.Context, sandbox, tenant, root string, ms []api.VolumeMount, m local.IDRange) error {
+	return v.Manager.Attach(ctx, sandbox, tenant, root, ms, rootfs.IDMap{HostID: m.HostID, Size: m.Size})
+}
+
+// liveSandbox tells the volume store whether a sandbox still holds its
+// volume claims: its record exists and its compute is up (starting,
+// running, or asleep in the freeze tier, which keeps its mounts).
+func liveSandbox(st store.Store) func(ctx context.Context, name string) bool {
+	return func(ctx context.Context, name string) bool {
+		sb, err := st.Get(ctx, name)
+		if errdefs.IsKind(err, errdefs.ErrNotFound) {
+			return false
+		}
+		if err != nil {
+			return true // cannot tell: keep the claim
+		}
+		switch sb.State {
+		case api.StateStarting, api.StateRunning:
+			return true
+		case api.StateSleeping:
+			return sb.SleepTier == api.SleepFreeze
+		}
+		return false
+	}
+}

@@ -23,6 +23,7 @@ type Config struct {
 	Subnet        string        // 10.88.0.0/16
 	Bridge        string        // berth0
 	UpperSize     int64         // bytes for the sparse btrfs file holding writable layers; default 64 GiB
+	VolumesSize   int64         // bytes for the sparse btrfs file holding named volumes (when the data dir is not on btrfs); default 64 GiB
 	AlarmTick     time.Duration // how often due alarms are checked; default 1s
 	// UserNSBase is the first host uid/gid handed to sandboxes; each gets
 	// its own 65536 ids from there (default 2^28). Daemons sharing a host

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-sh/berth/store"
 	"github.com/berth-sh/berth/store/postgres"
 	"github.com/berth-sh/berth/store/sqlite"
+	"github.com/berth-sh/berth/volume"
 )
 
 // OpenNode builds this machine's node as Run wires it (openNode), without
@@ -110,6 +111,7 @@ type localNode struct {
 	imgs    *image.Store
 	rfs     *rootfs.Manager
 	sel     *runtime.Selector
+	vols    *volume.Manager
 	closers []func()
 }
 
@@ -180,6 +182,10 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
 	n.closers = append(n.closers, func() { rfs.Close() }) // the data dir's lock
+	vols, err := volume.Open(ctx, cfg.DataDir, st, volume.Options{ImageSize: cfg.VolumesSize, Node: w.NodeName, Live: liveSandbox(st)})
+	if err != nil {
+		return nil, err
+	}
 	subnet, err := netip.ParsePrefix(cfg.Subnet)
 	if err != nil {
 		return nil, fmt.Errorf("--subnet %q: %w", cfg.Subnet, err)
@@ -245,6 +251,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		PreviewURLs: w.PreviewURLs,
 		Blobs:       blobs, Snapshots: layers{cache, rfs},
 		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
+		Volumes:           volumesAdapter{vols},
 		UserNS:            local.UserNSConfig{Base: cfg.UserNSBase},
 		Runtime:           rtAdapter{sel},
 		Isolations:        isolations,
@@ -288,7 +295,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	}
 	mgr := local.New(mc)
 	imgs.InUse = mgr.ImageInUse
-	n.mgr, n.store, n.imgs, n.rfs, n.sel = mgr, st, imgs, rfs, sel
+	n.mgr, n.store, n.imgs, n.rfs, n.sel, n.vols = mgr, st, imgs, rfs, sel, vols
 	ok = true
 	return n, nil
 }

@@ -34,7 +34,16 @@ type newSandboxBody struct {
 	Metadata            map[string]string       `json:"metadata"`
 	EnvVars             map[string]string       `json:"envVars"`
 	Mcp                 json.RawMessage         `json:"mcp"`
-	VolumeMounts        []json.RawMessage       `json:"volumeMounts"`
+	VolumeMounts        []volumeMountBody       `json:"volumeMounts"`
+}
+
+// volumeMountBody is E2B's volume mount: a named volume at a path. It maps
+// onto a berth volume mount of the volume with that name (read-write;
+// readOnly is berth's addition).
+type volumeMountBody struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
 // sandboxBody is the E2B Sandbox schema (create, connect, fork).
@@ -63,7 +72,7 @@ type detailBody struct {
 	State               string            `json:"state"`
 	Metadata            map[string]string `json:"metadata"`
 	EnvdVersion         string            `json:"envdVersion"`
-	VolumeMounts        []any             `json:"volumeMounts"`
+	VolumeMounts        []volumeMountBody `json:"volumeMounts"`
 	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
 	Network             *networkBody      `json:"network,omitempty"`
@@ -189,9 +198,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &body); err != nil {
 		return err
 	}
-	if len(body.VolumeMounts) > 0 {
-		return errdefs.InvalidArgument("volume mounts are not supported by berth's E2B API")
-	}
 	if m := strings.TrimSpace(string(body.Mcp)); m != "" && m != "null" {
 		return errdefs.InvalidArgument("mcp is not supported by berth's E2B API")
 	}
@@ -207,6 +213,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 		body.TemplateID = "base"
 	}
 	req := api.CreateSandboxRequest{Name: newID(), Env: body.EnvVars, Network: &policy, KeepAlive: ptr(true)}
+	for _, vm := range body.VolumeMounts {
+		req.Volumes = append(req.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
+	}
+	if err := api.ValidateVolumeMounts(req.Volumes); err != nil {
+		return err
+	}
 	if err := h.resolveTemplate(r.Context(), body.TemplateID, &req); err != nil {
 		return err
 	}
@@ -336,7 +348,10 @@ func (h *Handler) detail(sb api.Sandbox, full bool) detailBody {
 		TemplateID: sb.Labels[labelTemplate], SandboxID: sb.Name, ClientID: "berth",
 		StartedAt: started.UTC(), EndAt: endOf(sb).UTC(), CPUCount: cpus,
 		MemoryMB: sb.Resources.MemoryMiB, DiskSizeMB: sb.Resources.DiskMB,
-		State: stateOf(sb), Metadata: metadataOf(sb), EnvdVersion: EnvdVersion, VolumeMounts: []any{},
+		State: stateOf(sb), Metadata: metadataOf(sb), EnvdVersion: EnvdVersion, VolumeMounts: []volumeMountBody{},
+	}
+	for _, vm := range sb.Volumes {
+		d.VolumeMounts = append(d.VolumeMounts, volumeMountBody{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
 	}
 	if full {
 		d.EnvdAccessToken = h.accessToken(sb.Name)
@@ -495,8 +510,11 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, id string, 
 	return nil
 }
 
-// pause stops the sandbox's compute and keeps its files (berth does not
-// keep memory: running processes end). A paused sandbox answers 409.
+// pause puts the sandbox to sleep in its sleep mode's tier: frozen (the
+// operator default freeze: memory and processes stay, and this API keeps
+// its process table so Connect and List find them after the thaw) or
+// stopped (files only: running processes end). Open streams end either
+// way. A paused sandbox answers 409.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) error {
 	sb, err := h.lookup(r.Context(), id)
 	if err != nil {
@@ -505,9 +523,13 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) error
 	if sb.State == api.StateSleeping {
 		return errdefs.FailedPrecondition("sandbox %s is already paused", id)
 	}
-	h.endStreams(id, errSandboxGone)
+	h.cancelStreams(id, errSandboxGone)
 	if err := h.b.Sleep(r.Context(), id); err != nil {
+		h.forgetRun(id)
 		return err
+	}
+	if after, err := h.lookup(r.Context(), id); err != nil || after.SleepTier != api.SleepFreeze {
+		h.forgetRun(id)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -26,14 +26,32 @@
 // Not supported yet, and what the SDK gets instead (never a hang):
 //
 //   - Template builds and aliases (Template.build, exists, tags, …), secrets
-//     and volumes: 404 {code, message} "… is not supported by berth's E2B
-//     API" (templates come from the templates file or are snapshot IDs).
-//   - Create with volumeMounts or mcp, network rules/transforms,
+//     and volume management: 404 {code, message} "… is not supported by
+//     berth's E2B API" (templates come from the templates file or are
+//     snapshot IDs).
+//   - Volumes: create's volumeMounts [{name, path}] maps onto berth volume
+//     mounts (read-write; a berth extension readOnly: true mounts
+//     read-only) of the berth volumes with those names, made with `berth
+//     volume create` or POST /v1/volumes. The rules are berth's: one
+//     read-write mount at a time (a second create answers 409 with the
+//     writer's name, as berth's own API does for a failed
+//     precondition), paths resolved without symlinks, names of a-z, 0-9,
+//     '.', '_', '-'. SandboxDetail lists the mounts. E2B's volume API
+//     (GET|POST /volumes, GET|DELETE /volumes/{id}, Volume.*) and its
+//     content API on E2B_VOLUME_API_URL (/volumecontent/…, whose spec is
+//     private) are not served: 404. A berth volume is named, not given an
+//     id, and its files are read and written through a sandbox that
+//     mounts it.
+//   - Create with mcp, network rules/transforms,
 //     egressProxy, httpsPorts, maskRequestHost or allowPublicTraffic:false:
 //     400 {code, message}.
 //   - pause() keeps memory only when the operator's sleep mode is freeze
 //     (berth serve --sleep-mode freeze): pause() then freezes the sandbox
-//     and connect() thaws it, processes continuing. Under the default
+//     and connect() thaws it, processes continuing (background commands
+//     stay in commands.list() and can be connected to again; the
+//     code interpreter keeps its variables). Streams open at the pause end
+//     and must be reconnected. A frozen sandbox escalates to a stop (files
+//     only) after --freeze-max or under --freeze-memory. Under the default
 //     (stop) pause() keeps files but not memory: processes end, connect()
 //     starts the sandbox again, and onResume "reboot" is the same as
 //     "restore".

@@ -358,6 +358,14 @@ func (h *Handler) register(id string, cancel context.CancelCauseFunc) func() {
 var errSandboxGone = errdefs.Unavailable("the sandbox was killed or paused")
 
 func (h *Handler) endStreams(id string, cause error) {
+	h.cancelStreams(id, cause)
+	h.forgetRun(id)
+}
+
+// cancelStreams ends the sandbox's open streams only (a freeze: the
+// processes they follow continue after the thaw, and Connect follows them
+// again).
+func (h *Handler) cancelStreams(id string, cause error) {
 	h.mu.Lock()
 	regs := h.streams[id]
 	delete(h.streams, id)
@@ -365,6 +373,11 @@ func (h *Handler) endStreams(id string, cause error) {
 	for r := range regs {
 		r.cancel(cause)
 	}
+}
+
+// forgetRun drops what this API remembers of the sandbox's run: its
+// processes, watchers and file owners.
+func (h *Handler) forgetRun(id string) {
 	h.procs.forget(id)
 	h.watchers.forget(id)
 	h.owners.forget(id)

@@ -46,7 +46,7 @@ func (f *fakeBackend) GetOrCreate(ctx context.Context, req api.CreateSandboxRequ
 	}
 	now := time.Now()
 	sb := api.Sandbox{Name: req.Name, State: api.StateRunning, Labels: maps.Clone(req.Labels), CreatedAt: now, StartedAt: &now,
-		Resources: api.Resources{VCPU: 1, MemoryMiB: 256}}
+		Resources: api.Resources{VCPU: 1, MemoryMiB: 256}, Volumes: req.Volumes}
 	f.sbs[req.Name] = sb
 	return sb, true, nil
 }
@@ -91,7 +91,10 @@ func (f *fakeBackend) Sleep(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb := f.sbs[name]
-	sb.State = api.StateSleeping
+	sb.State, sb.SleepTier = api.StateSleeping, api.SleepStop
+	if sb.Sleep == api.SleepFreeze {
+		sb.SleepTier = api.SleepFreeze
+	}
 	f.sbs[name] = sb
 	return nil
 }

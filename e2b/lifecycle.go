@@ -52,13 +52,19 @@ func (h *Handler) expire(ctx context.Context) {
 		if sb.State == api.StateSleeping || sb.Labels[labelEnd] == "" || endOf(sb).After(now) {
 			continue
 		}
-		h.endStreams(sb.Name, errSandboxGone)
 		if sb.Labels[labelOnTimeout] == "pause" {
-			if err := h.b.Sleep(ctx, sb.Name); err != nil {
+			// As pause: a freeze keeps the process table, a stop drops it.
+			h.cancelStreams(sb.Name, errSandboxGone)
+			err := h.b.Sleep(ctx, sb.Name)
+			if err != nil {
 				h.opts.Logf("e2b lifetimes: pause %s: %v", sb.Name, err)
+			}
+			if after, lerr := h.lookup(ctx, sb.Name); err != nil || lerr != nil || after.SleepTier != api.SleepFreeze {
+				h.forgetRun(sb.Name)
 			}
 			continue
 		}
+		h.endStreams(sb.Name, errSandboxGone)
 		if err := h.b.Destroy(ctx, sb.Name); err != nil {
 			h.opts.Logf("e2b lifetimes: kill %s: %v", sb.Name, err)
 		}

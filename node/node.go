@@ -124,6 +124,8 @@ type StartOptions struct {
 	// Sleep is the sleep mode (api.SleepFreeze, api.SleepCheckpoint,
 	// api.SleepStop); "" is the node's default. Chosen at creation.
 	Sleep string `json:"sleep,omitempty"`
+	// Volumes are named volumes mounted at each start. Chosen at creation.
+	Volumes []api.VolumeMount `json:"volumes,omitempty"`
 	// SleepAfter is the inactivity timeout (0: the platform's 10m) and
 	// KeepAlive turns it off.
 	SleepAfter time.Duration `json:"sleepAfter,omitempty"`

@@ -191,3 +191,12 @@ func AsMappedRoot(hostID uint32, fn func() error) error {
 	}()
 	return <-errc
 }
+
+// UserNSFd returns an fd of a new user namespace with map m (for an
+// idmapped mount, MOUNT_ATTR_IDMAP). The caller closes it.
+func UserNSFd(m IDMap) (int, error) {
+	if err := m.validate(); err != nil {
+		return -1, err
+	}
+	return userNSFd(m)
+}

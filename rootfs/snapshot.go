@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -22,32 +21,13 @@ import (
 // transaction commit, milliseconds) and not for as long as tar+zstd of the
 // whole upper takes: the archive is made afterwards from the frozen-in-time
 // copy while the sandbox runs on.
+
 const (
-	// _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2) and
-	// _IOW(0x94, 63, ...): the v2 argument struct is exactly 4096 bytes.
-	iocSnapCreateV2  = 0x50009417
-	iocSnapDestroyV2 = 0x5000943F
-
-	subvolRdonly = 1 << 1 // BTRFS_SUBVOL_RDONLY
-
 	// upperSnapPrefix starts every snapshot subvolume name. '@' is not
 	// allowed in sandbox ids (validID), so Known never reports a snapshot
 	// as a sandbox and no sandbox id can name (or Remove) a snapshot.
 	upperSnapPrefix = ".snap@"
 )
-
-// volArgsV2 is struct btrfs_ioctl_vol_args_v2: fd, transid, flags, a
-// 32-byte union (size + qgroup_inherit pointer) and a 4040-byte name
-// (BTRFS_SUBVOL_NAME_MAX + 1).
-type volArgsV2 struct {
-	Fd      int64
-	Transid uint64
-	Flags   uint64
-	Unused  [4]uint64
-	Name    [4040]byte
-}
-
-var _ [4096 - unsafe.Sizeof(volArgsV2{})]struct{} // the kernel ABI size, checked at compile time
 
 // SnapshotUpper takes a read-only btrfs snapshot of sandbox id's writable
 // layer and returns the path of the snapshot's copy of upper/ plus a
@@ -140,54 +120,6 @@ func (m *Manager) destroyUpperSnapshot(name string) error {
 	return nil
 }
 
-// snapshotSubvol snapshots the subvolume src as parent/name.
-func snapshotSubvol(src, parent, name string, readOnly bool) error {
-	if len(name) >= len(volArgsV2{}.Name) {
-		return errdefs.InvalidArgument("snapshot name too long")
-	}
-	sfd, err := openDir(src)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(sfd)
-	pfd, err := openDir(parent)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	a := volArgsV2{Fd: int64(sfd)}
-	if readOnly {
-		a.Flags = subvolRdonly
-	}
-	copy(a.Name[:len(a.Name)-1], name)
-	if err := ioctl(pfd, iocSnapCreateV2, unsafe.Pointer(&a)); err != nil {
-		return fmt.Errorf("create btrfs snapshot %s/%s: %w", parent, name, err)
-	}
-	return nil
-}
-
-// destroySubvolV2 deletes subvolume name in parent with the v2 ioctl
-// (by name), which also accepts read-only subvolumes.
-func destroySubvolV2(parent, name string) error {
-	fd, err := openDir(parent)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	var a volArgsV2
-	copy(a.Name[:len(a.Name)-1], name)
-	if err := ioctl(fd, iocSnapDestroyV2, unsafe.Pointer(&a)); err != nil {
-		return fmt.Errorf("delete btrfs snapshot %s/%s: %w", parent, name, err)
-	}
-	return nil
-}
-
-// _IOR(0x94, 25, __u64) and _IOW(0x94, 26, __u64).
-const (
-	iocSubvolGetflags = 0x80089419
-	iocSubvolSetflags = 0x4008941a
-)
-
 // LayerFromUpperSnapshot turns a snapshot that SnapshotUpper returned (its
 // upper/ path) into a read-only layer at dst that outlives the release:
 // the subvolume is made writable just long enough for clean to bring
@@ -251,27 +183,5 @@ func (m *Manager) DestroyLayer(path string) error {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	removeQgroup(m.uppers, qid)
-	return nil
-}
-
-// setReadOnly sets or clears a subvolume's read-only flag.
-func setReadOnly(sub string, ro bool) error {
-	fd, err := openDir(sub)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	var flags uint64
-	if err := ioctl(fd, iocSubvolGetflags, unsafe.Pointer(&flags)); err != nil {
-		return fmt.Errorf("rootfs: get flags of %s: %w", sub, err)
-	}
-	if ro {
-		flags |= subvolRdonly
-	} else {
-		flags &^= subvolRdonly
-	}
-	if err := ioctl(fd, iocSubvolSetflags, unsafe.Pointer(&flags)); err != nil {
-		return fmt.Errorf("rootfs: set flags of %s: %w", sub, err)
-	}
 	return nil
 }

@@ -2,54 +2,20 @@ package rootfs
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/berth-sh/berth/internal/btrfs"
 )
 
-// iocFSInfo is BTRFS_IOC_FS_INFO: _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args).
-const iocFSInfo = 0x8400941F
-
-// fsInfoArgs is struct btrfs_ioctl_fs_info_args (1024 bytes); only the
-// fsid is used.
-type fsInfoArgs struct {
-	MaxID      uint64
-	NumDevices uint64
-	FSID       [16]byte
-	_          [1024 - 32]byte
-}
-
 // DiskUsage is the bytes id's writable layer holds, as its btrfs quota
-// group accounts them (the number its disk quota limits): read from the
-// kernel's sysfs view of the qgroup (/sys/fs/btrfs/<fsid>/qgroups/0_<id>/
-// referenced), so no tree is walked.
+// group accounts them (the number its disk quota limits).
 func (m *Manager) DiskUsage(id string) (int64, error) {
 	if err := validID(id); err != nil {
 		return 0, err
 	}
-	sub := filepath.Join(m.uppers, id)
-	qid, err := subvolID(sub)
-	if err != nil {
-		return 0, err
-	}
-	fd, err := openDir(sub)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	var a fsInfoArgs
-	if err := ioctl(fd, iocFSInfo, unsafe.Pointer(&a)); err != nil {
-		return 0, fmt.Errorf("btrfs fs info of %s: %w", sub, err)
-	}
-	u := a.FSID
-	fsid := fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
-	b, err := os.ReadFile(filepath.Join("/sys/fs/btrfs", fsid, "qgroups", "0_"+strconv.FormatUint(qid, 10), "referenced"))
+	n, err := btrfs.Referenced(filepath.Join(m.uppers, id))
 	if err != nil {
 		return 0, fmt.Errorf("disk usage of %s: %w", id, err)
 	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, nil
 }

@@ -90,6 +90,11 @@ var keyRules = map[string]keyRule{
 	// first call did (the node as it was then).
 	"POST /v1/nodes/{node}/drain":   {op: "drain-node"},
 	"POST /v1/nodes/{node}/undrain": {op: "undrain-node"},
+	// Volumes (journaled in the empty stream, as images are).
+	"POST /v1/volumes":                   {op: "create-volume"},
+	"DELETE /v1/volumes/{volume}":        {op: "delete-volume"},
+	"POST /v1/volumes/{volume}/snapshot": {op: "snapshot-volume"},
+	"POST /v1/volumes/{volume}/fork":     {op: "fork-volume"},
 }
 
 // mutating reports whether a method changes state: the methods keyRules

@@ -65,6 +65,9 @@ type Options struct {
 	// Usage serves per-sandbox metrics and tenant usage records
 	// (usage.go); nil: those routes answer failed_precondition.
 	Usage Usage
+	// Volumes serves /v1/volumes (volumes.go); nil: those routes answer
+	// 409 (failed precondition).
+	Volumes Volumes
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -159,6 +162,13 @@ var routes = []route{
 	{"GET", "/v1/nodes/{node}", (*server).getNode},
 	{"POST", "/v1/nodes/{node}/drain", (*server).drainNode},
 	{"POST", "/v1/nodes/{node}/undrain", (*server).undrainNode},
+	// Volumes: volumes.go.
+	{"POST", "/v1/volumes", (*server).createVolume},
+	{"GET", "/v1/volumes", (*server).listVolumes},
+	{"GET", "/v1/volumes/{volume}", (*server).getVolume},
+	{"DELETE", "/v1/volumes/{volume}", (*server).deleteVolume},
+	{"POST", "/v1/volumes/{volume}/snapshot", (*server).snapshotVolume},
+	{"POST", "/v1/volumes/{volume}/fork", (*server).forkVolume},
 }
 
 type server struct {

@@ -63,6 +63,9 @@ type Sandbox struct {
 	// namespace range: sandbox id k runs as host id HostUID+k. 0 means not
 	// allocated yet (allocated at first start, kept for the record's life).
 	HostUID uint32
+	// Volumes are the named volumes mounted at each start (package
+	// volume), fixed at creation.
+	Volumes []api.VolumeMount `json:",omitempty"`
 	// Isolation is api.IsolationRunc or api.IsolationGVisor ("" = runc).
 	Isolation string
 	// Sleep is the sleep mode (api.Sleep*; "" = api.SleepStop, as every
@@ -148,6 +151,7 @@ type Store interface {
 	Artifacts
 	Objects
 	Ops
+	Volumes
 	Close() error
 }
 

@@ -164,6 +164,7 @@ is reported as a ratio to Docker's.
 	f.IntVar(&o.N, "n", 50, "samples per figure")
 	f.BoolVar(&o.JSON, "json", false, "print one JSON report instead of a table")
 	f.BoolVar(&o.Snapshots, "snapshots", false, "add the snapshot scenario: snapshot, restore and fork-10 of a 200 MB / 10k-file workspace, beside tar | zstd")
+	f.BoolVar(&o.SleepTiers, "sleep-tiers", false, "add the sleep-tier scenario: -n rounds of sleep → wake → first exec on a freeze-tier and a stop-tier sandbox, reporting freeze and thaw (the daemon's freezer times) beside the stop tier's sleep and wake")
 	f.IntVar(&o.Burst, "burst", 0, "add the burst scenario: create this many sandboxes at once, time each to its first node -v, then measure agent RSS and host memory while all run idle")
 	f.StringVar(&o.Image, "image", "", "image to measure (default debian-trixie)")
 	f.StringVar(&o.Instance, "instance", "", "instance type to measure (default standard-2)")

@@ -127,6 +127,7 @@ Quick start:
 		a.cpCmd(),
 		a.imageCmd(),
 		a.snapshotCmd(),
+		a.volumeCmd(),
 		a.forkCmd(),
 		a.backupCmd(),
 		a.startCmd(),

@@ -30,6 +30,7 @@ func (a *app) sandboxCreateCmd() *cobra.Command {
 		req                api.CreateSandboxRequest
 		res                api.Resources
 		env, labels        []string
+		volumes            []string
 		unsetEnv           []string
 		internet, keepLive bool
 		getOrCreate        bool
@@ -60,6 +61,7 @@ Examples:
   berth sandbox create ci-1 --image node --env NODE_ENV=test --label team=ci
   berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000
   berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk
+  berth sandbox create worker --volume data:/data --volume models:/models:ro
   berth sandbox create job-7 --persist interval --persist-every 5m   # a node's loss costs at most 5 min of files
   berth sandbox create agent-9 --allow api.github.com --allow '*.pypi.org' \
     --inject 'host=api.github.com,header=Authorization,secret=github,prefix=Bearer'
@@ -75,6 +77,9 @@ without --internet only allowed hosts are reachable; secrets named by
 				return err
 			}
 			if req.Labels, err = parseKV("label", labels); err != nil {
+				return err
+			}
+			if req.Volumes, err = parseVolumeFlags(volumes); err != nil {
 				return err
 			}
 			f := cmd.Flags()
@@ -124,6 +129,7 @@ without --internet only allowed hosts are reachable; secrets named by
 	f.BoolVar(&keepLive, "keep-alive", false, "never sleep for inactivity")
 	f.BoolVar(&getOrCreate, "get", false, "return the sandbox if it exists instead of failing")
 	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot's files (see 'berth snapshot ls')")
+	f.StringArrayVar(&volumes, "volume", nil, "mount a named volume, NAME:PATH or NAME:PATH:ro (repeatable; see 'berth volume')")
 	f.StringVar(&req.Isolation, "isolation", "", "runc (default) or gvisor: gVisor's user-space kernel between the sandbox and the host")
 	pf.register(cmd)
 	f.StringVar(&req.Persist, "persist", "", "none, disk or interval: with disk, each sleep also snapshots its files to the blob store; interval also checkpoints them every --persist-every while it runs (default none; disk in a cluster)")

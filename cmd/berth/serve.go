@@ -126,6 +126,7 @@ Examples:
 	f.StringArrayVar(&cfg.Egress.OpenPrivate, "egress-open-private", nil, "private CIDR that sandbox policies may allow (repeatable); every private range is blocked otherwise")
 	f.StringVar(&cfg.Egress.UpstreamCA, "egress-upstream-ca", "", "PEM file of extra CA roots the proxy trusts when it re-originates TLS for injection")
 	f.Int64Var(&cfg.UpperSize, "upper-size", 64<<30, "bytes of the sparse btrfs file that holds every sandbox's writable layer")
+	f.Int64Var(&cfg.VolumesSize, "volumes-size", 64<<30, "bytes of the sparse btrfs file that holds named volumes (made when the data dir is not on btrfs)")
 	f.StringVar(&cfg.Runsc, "runsc", "", "gVisor runtime for isolation \"gvisor\" (default: runsc beside berth, then $PATH)")
 	f.StringVar(&cfg.DefaultIsolation, "default-isolation", "runc", "isolation for sandboxes whose create request names none: runc or gvisor")
 	f.Uint32Var(&cfg.UserNSBase, "userns-base", 1<<28, "first host uid/gid of sandbox user namespaces; each sandbox gets its own 65536 ids from here (daemons sharing a host need disjoint bases)")

@@ -27,6 +27,9 @@ type Config struct {
 	Rootfs  Rootfs
 	Network Network
 	Runtime Runtime
+	// Volumes mounts named volumes (nil: a create that asks for volumes
+	// is refused).
+	Volumes Volumes
 	// Blobs and Snapshots enable snapshots, fork, persist=disk and
 	// backups; without them those calls fail with a clear error.
 	Blobs     blob.Store
@@ -154,6 +157,9 @@ type actor struct {
 	// forkSnap is the last snapshot Fork took of this sandbox, which a
 	// later fork reuses while the upper is unchanged (reusableForkSnapshot).
 	forkSnap forkSnap
+	// rootfs is where this run's root is mounted on the host ("" until a
+	// start mounts it, and after a daemon restart): volumes detach there.
+	rootfs string
 
 	// activity is guarded by actMu, not mu, so exec does not wait for a
 	// slow lifecycle op just to record that it ran.

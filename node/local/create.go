@@ -142,6 +142,10 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			m.drop(a)
 			return api.Sandbox{}, false, err
 		}
+		if err := m.volumesFor(&a.rec, req); err != nil {
+			m.drop(a)
+			return api.Sandbox{}, false, err
+		}
 		if req.Snapshot != "" {
 			if err := validSnapshotID(req.Snapshot); err != nil {
 				return api.Sandbox{}, false, err

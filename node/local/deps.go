@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/netip"
 	"syscall"
+
+	"github.com/berth-sh/berth/api"
 )
 
 // The controller's dependencies are small interfaces defined here, where
@@ -40,6 +42,16 @@ type Rootfs interface {
 	Known(ctx context.Context) ([]string, error)
 	// UpperDir is where a sandbox's writable layer lives (it may not exist).
 	UpperDir(id string) string
+}
+
+// Volumes mounts named volumes into a sandbox's root before its
+// container starts and unmounts them when it stops (package volume).
+// Attach claims them (one writer per volume) all or none; Detach releases
+// the claims and is idempotent (rootfs may be "" when it is not known,
+// after a restart: the rootfs unmount then takes the mounts along).
+type Volumes interface {
+	Attach(ctx context.Context, sandbox, tenant, rootfs string, ms []api.VolumeMount, idmap IDRange) error
+	Detach(ctx context.Context, sandbox, rootfs string, ms []api.VolumeMount) error
 }
 
 // Attachment is a sandbox's place on the network.

@@ -204,6 +204,13 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	}
 	failpoint.Hit("start.network-ready")
 	sp.mark("egress")
+	a.rootfs = rootfs
+	if err := m.attachVolumes(ctx, a, userns); err != nil {
+		return err
+	}
+	if len(rec.Volumes) > 0 {
+		sp.mark("volumes")
+	}
 
 	dir := m.sandboxDir(rec.ID)
 	agentDir := filepath.Join(dir, "agent")
@@ -400,6 +407,9 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 	failpoint.Hit("stop.container-deleted")
 	if err := m.cfg.Network.Teardown(ctx, id); err != nil {
 		return fmt.Errorf("network teardown %s: %w", id, err)
+	}
+	if err := m.detachVolumes(ctx, a); err != nil {
+		return err
 	}
 	if err := m.cfg.Rootfs.Unmount(ctx, id); err != nil {
 		return fmt.Errorf("unmount rootfs %s: %w", id, err)

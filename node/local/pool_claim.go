@@ -34,7 +34,7 @@ func (m *Manager) startFresh(ctx context.Context, a *actor, fresh bool) error {
 // the member has or the network can change. nil if none; the refill loop
 // is woken either way.
 func (ps *pools) takeFor(ctx context.Context, m *Manager, rec *store.Sandbox) *member {
-	if isolationOf(*rec) != api.IsolationRunc || rec.PersistSnapshot != "" {
+	if isolationOf(*rec) != api.IsolationRunc || rec.PersistSnapshot != "" || len(rec.Volumes) > 0 {
 		return nil
 	}
 	if _, ok := m.cfg.Runtime.(PoolRuntime); !ok {

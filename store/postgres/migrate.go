@@ -112,6 +112,14 @@ CREATE TABLE leases (
 	expires timestamptz NOT NULL     -- the server's clock
 );
 `,
+	// 2: named volumes (store.Volumes).
+	`
+CREATE TABLE volumes (
+	name    text COLLATE "C" PRIMARY KEY,
+	version bigint NOT NULL,
+	doc     json NOT NULL
+);
+`,
 }
 
 // migrate applies the migrations the database has not seen, each in its

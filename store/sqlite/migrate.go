@@ -54,6 +54,14 @@ CREATE TABLE IF NOT EXISTS leases (
 	expires INTEGER NOT NULL     -- unix ms, the store's clock
 ) WITHOUT ROWID;
 `,
+	// 3: named volumes (store.Volumes).
+	`
+CREATE TABLE IF NOT EXISTS volumes (
+	name    TEXT PRIMARY KEY,
+	version INTEGER NOT NULL,
+	doc     TEXT NOT NULL
+) WITHOUT ROWID;
+`,
 }
 
 // migrate runs the migrations the database has not seen, each in its own

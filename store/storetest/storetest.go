@@ -20,6 +20,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	runObjects(t, open)
 	runCluster(t, open)
 	runTakeover(t, open)
+	runVolumes(t, open)
 	t.Run("CRUD", func(t *testing.T) {
 		s := open(t)
 		if _, err := s.Get(ctx, "a"); !errors.Is(err, errdefs.ErrNotFound) {

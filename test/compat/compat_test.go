@@ -41,8 +41,9 @@ func envOr(k, def string) string {
 	return def
 }
 
-// startDaemon runs berth serve and returns its URL and API key.
-func startDaemon(t *testing.T) (string, string) {
+// startDaemon runs berth serve with extra flags and returns its URL and
+// API key.
+func startDaemon(t *testing.T, args ...string) (string, string) {
 	bin := os.Getenv("BERTH_BIN")
 	if bin == "" {
 		bin, _ = filepath.Abs("../../bin")
@@ -53,6 +54,7 @@ func startDaemon(t *testing.T) (string, string) {
 		// integration and adversarial suites, a berth from up.sh).
 		UserNSBase: 3<<29 + uint32(idDigit()[0]-'0')<<24,
 		Log:        filepath.Join(os.TempDir(), "berth-compat"+itID+"-daemon.log"),
+		Args:       args,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +73,29 @@ func TestE2BSDK(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	url, key := startDaemon(t)
+	runScripts(t, url, key, "js/*.test.mjs", nil)
+	// The memory-keeping scripts under the default sleep mode (stop):
+	// their negative control, pause() keeps files only.
+	runScripts(t, url, key, "js/*.freeze.mjs", []string{"EXPECT_MEMORY=0"})
+	fmt.Println("compat: done")
+}
+
+// TestE2BSDKFreeze runs the memory-keeping scripts against a daemon whose
+// operator default sleep mode is freeze: pause() freezes, connect() thaws,
+// processes and interpreter state continue.
+func TestE2BSDKFreeze(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	url, key := startDaemon(t, "--sleep-mode", "freeze")
+	runScripts(t, url, key, "js/*.freeze.mjs", []string{"EXPECT_MEMORY=1"})
+}
+
+// runScripts runs each node test script matching glob (and COMPAT_RUN)
+// against the daemon at url, then checks that none left a sandbox.
+func runScripts(t *testing.T, url, key, glob string, env []string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal("node is not installed: run scripts/deps.sh")
@@ -78,7 +103,6 @@ func TestE2BSDK(t *testing.T) {
 	if _, err := os.Stat("node_modules/e2b/package.json"); err != nil {
 		t.Fatal("the E2B SDKs are not installed: run (cd test/compat && npm ci)")
 	}
-	url, key := startDaemon(t)
 	c := client.New(url, key)
 	ensureBase(t, c)
 	ctx := context.Background()
@@ -87,13 +111,13 @@ func TestE2BSDK(t *testing.T) {
 			_ = c.Destroy(ctx, s.Name)
 		}
 	}
-	scripts, _ := filepath.Glob("js/*.test.mjs")
+	scripts, _ := filepath.Glob(glob)
 	if len(scripts) == 0 {
-		t.Fatal("no test scripts in js/")
+		t.Fatalf("no test scripts %s", glob)
 	}
 	only := os.Getenv("COMPAT_RUN")
 	for _, s := range scripts {
-		name := strings.TrimSuffix(filepath.Base(s), ".test.mjs")
+		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(s), ".test.mjs"), ".mjs")
 		if only != "" && !strings.Contains(name, only) {
 			continue
 		}
@@ -103,13 +127,14 @@ func TestE2BSDK(t *testing.T) {
 			// --test-force-exit: SDK timers (request timeouts of streams a
 			// kill cut) must not keep a finished script alive.
 			cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-force-exit", "--test-reporter=spec", s)
-			// Only the three variables configure the SDK.
-			cmd.Env = []string{
+			// Only the three variables configure the SDK (and env, the
+			// script's expectation).
+			cmd.Env = append([]string{
 				"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
 				"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + key,
-			}
+			}, env...)
 			out, err := cmd.CombinedOutput()
-			t.Logf("%s\n%s", s, out)
+			t.Logf("%s %v\n%s", s, env, out)
 			if err != nil {
 				t.Fatalf("%s failed: %v", s, err)
 			}
@@ -124,5 +149,4 @@ func TestE2BSDK(t *testing.T) {
 		}
 		t.Errorf("sandboxes left behind by the scripts: %v", names)
 	}
-	fmt.Println("compat: done")
 }
