@@ -14,7 +14,7 @@ import (
 )
 
 // startEgress starts the egress proxy and resolver on the bridge address.
-func startEgress(ctx context.Context, cfg Config, subnet netip.Prefix, secret func(context.Context, string) (string, bool, error), logf func(string, ...any)) (*egress.Manager, error) {
+func startEgress(ctx context.Context, cfg Config, subnet netip.Prefix, secret func(context.Context, string) (string, bool, error), meter egress.Meter, logf func(string, ...any)) (*egress.Manager, error) {
 	var open []netip.Prefix
 	for _, s := range cfg.Egress.OpenPrivate {
 		p, err := netip.ParsePrefix(s)
@@ -48,7 +48,7 @@ func startEgress(ctx context.Context, cfg Config, subnet netip.Prefix, secret fu
 		Gateway: network.Gateway(subnet), ProxyPort: cfg.Egress.ProxyPort, DNSPort: cfg.Egress.DNSPort,
 		Subnet: subnet, OpenPrivate: open, Upstream: upstream,
 		CADir: filepath.Join(cfg.DataDir, "egress"), LogDir: filepath.Join(cfg.DataDir, "egress", "logs"),
-		UpstreamRoots: roots, Secret: secret, Logf: logf,
+		UpstreamRoots: roots, Secret: secret, Logf: logf, Meter: meter,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("egress: %w", err)

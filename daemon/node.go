@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/network"
 	"github.com/berth-sh/berth/node"
@@ -109,6 +110,7 @@ type localNode struct {
 	store   stateStore
 	imgs    *image.Store
 	rfs     *rootfs.Manager
+	sel     *runtime.Selector
 	vols    *volume.Manager
 	closers []func()
 }
@@ -135,6 +137,12 @@ type nodeWiring struct {
 	PreviewURLs func(preview.Exposure) (url, pathURL string)
 	Policy      *policy.Policy
 	Logf        func(format string, args ...any)
+	// Meter receives the node's and the egress proxy's measurements
+	// (package metrics); nil: none.
+	Meter interface {
+		local.Meter
+		egress.Meter
+	}
 }
 
 // openNode builds the node from cfg (its defaults applied, its dirs made).
@@ -196,7 +204,7 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	n.closers = append(n.closers, func() { nm.Close() })
 	eg, err := startEgress(ctx, *cfg, subnet, func(ctx context.Context, name string) (string, bool, error) {
 		return n.mgr.Secret(ctx, name)
-	}, w.Logf)
+	}, w.Meter, w.Logf)
 	if err != nil {
 		return nil, err
 	}
@@ -238,13 +246,14 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 		w.Logf("images: published to and fetched from %s", blobDesc)
 	}
 
+	sel := &runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}
 	mc := local.Config{
 		PreviewURLs: w.PreviewURLs,
 		Blobs:       blobs, Snapshots: layers{cache, rfs},
 		Store: st, Images: images{s: imgs, logf: w.Logf}, Rootfs: rootfsAdapter{rfs}, Network: netAdapter{nm},
 		Volumes:           volumesAdapter{vols},
 		UserNS:            local.UserNSConfig{Base: cfg.UserNSBase},
-		Runtime:           rtAdapter{&runtime.Selector{Default: rt, GVisor: gv, MarkerDir: filepath.Join(cfg.RunDir, "gvisor"), CgroupRoot: "/" + filepath.Base(cfg.RunDir)}},
+		Runtime:           rtAdapter{sel},
 		Isolations:        isolations,
 		DefaultIsolation:  cfg.DefaultIsolation,
 		DiskMB:            cfg.UpperSize / (1000 * 1000), // the writable layers' btrfs file
@@ -281,9 +290,12 @@ func openNode(ctx context.Context, cfg *Config, w nodeWiring) (*localNode, error
 	if w.Policy != nil { // nor would a nil *policy.Policy
 		mc.Policy = w.Policy
 	}
+	if w.Meter != nil {
+		mc.Meter = w.Meter
+	}
 	mgr := local.New(mc)
 	imgs.InUse = mgr.ImageInUse
-	n.mgr, n.store, n.imgs, n.rfs, n.vols = mgr, st, imgs, rfs, vols
+	n.mgr, n.store, n.imgs, n.rfs, n.sel, n.vols = mgr, st, imgs, rfs, sel, vols
 	ok = true
 	return n, nil
 }

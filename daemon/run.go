@@ -30,6 +30,8 @@ import (
 	"github.com/berth-sh/berth/e2b"
 	"github.com/berth-sh/berth/imagebuild"
 	"github.com/berth-sh/berth/internal/weaken"
+	"github.com/berth-sh/berth/metering"
+	"github.com/berth-sh/berth/metrics"
 	"github.com/berth-sh/berth/node/local"
 	"github.com/berth-sh/berth/policy"
 	"github.com/berth-sh/berth/preview"
@@ -210,6 +212,18 @@ func Run(ctx context.Context, cfg Config) error {
 			logf("WARNING: cluster mode without --s3-endpoint: snapshots and sleeping sandboxes stay in this node's own blob dir, so a sandbox cannot wake on another node when this one dies")
 		}
 	}
+	metricsToken, err := cfg.Metrics.token()
+	if err != nil {
+		return err
+	}
+	reg := newRegistry(st, func() *localNode { return host })
+	if cfg.Metrics.Listen != "" {
+		addr, err := serveMetricsListener(ctx, cfg.Metrics.Listen, reg, logf)
+		if err != nil {
+			return err
+		}
+		logf("metrics: /metrics on %s (unauthenticated: keep it private)", addr)
+	}
 	prox := preview.NewProxy(preview.ResolverFunc(func(ctx context.Context, s string, p int, t string) (preview.Exposure, preview.DialFunc, error) {
 		return mgr.Lookup(ctx, s, p, t)
 	}), pcfg)
@@ -222,6 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 		Policy: pol,
 		Logf:   logf,
+		Meter:  reg,
 	})
 	if err != nil {
 		return err
@@ -265,6 +280,17 @@ func Run(ctx context.Context, cfg Config) error {
 	logf("reconciled host state in %s", time.Since(t0).Round(time.Millisecond))
 	go mgr.Run(ctx)
 	go mgr.RunPools(ctx)
+	var usage server.Usage // nil unless sampling (a nil *Sampler would not be nil)
+	var sampler *metering.Sampler
+	if !cfg.Metrics.NoUsage {
+		sampler = metering.New(metering.Config{
+			Source: mgr, Reader: usageReader{sel: host.sel, rfs: rfs, bridge: cfg.Bridge}, Store: st,
+			Node: cfg.Member.Name, Interval: cfg.Metrics.Interval, Window: cfg.Metrics.History,
+			Active: mgr.NoteTraffic, Observe: reg.SampleDone, Logf: logf,
+		})
+		usage = sampler
+		go sampler.Run(ctx)
+	}
 	go objects.Run(ctx)
 	go pruneJournal(ctx, st, cfg.JournalRetention, logf)
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -290,13 +316,17 @@ func Run(ctx context.Context, cfg Config) error {
 	// The E2B-compatible API shares the listener: its routes (/sandboxes,
 	// /v2/…, data-plane requests by E2b-Sandbox-Id) never collide with
 	// the native /v1 API or the console.
-	e2bh := e2b.New(plane, e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf, Forward: router, Node: clusterName(cfg)})
+	e2bo := e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf, Forward: router, Node: clusterName(cfg)}
+	if sampler != nil {
+		e2bo.Metrics = sampler.Metrics
+	}
+	e2bh := e2b.New(plane, e2bo)
 	go e2bh.Run(ctx, time.Second)
 	weak := weaken.Off(weaken.HTTPGuard)
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
 	var (
 		loop  atomic.Pointer[membership.Loop] // set once the first heartbeat went out
-		faces = e2bh.Wrap(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Volumes: host.vols, Builds: builds})))
+		faces = e2bh.Wrap(metrics.Mount(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Volumes: host.vols, Usage: usage, Builds: builds})), reg.Handler(metricsToken)))
 		pface = http.Handler(prox)
 	)
 	if cw != nil {
@@ -312,7 +342,7 @@ func Run(ctx context.Context, cfg Config) error {
 		pface = storeGate(pface, watch)
 	}
 	h := server.Guard(faces,
-		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak})
+		server.GuardOptions{Logger: requestLogger(cfg.RequestLog), Passthrough: e2b.AppTraffic, Tenant: logTenant(tenants(pol)), Weak: weak, Observe: reg.ObserveRequest})
 	srv := server.NewHTTPServer("", h)
 	// Cleartext HTTP/2 (h2c) beside HTTP/1.1, for Connect clients.
 	srv.Protocols = new(http.Protocols)

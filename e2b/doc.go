@@ -59,10 +59,14 @@
 //   - StreamInput (unused by the SDKs): Connect unimplemented.
 //   - Code interpreter languages other than python, javascript and
 //     typescript (r, java, bash): 400.
-//   - getMetrics: berth samples only when asked (memory, disk; cpuUsedPct
-//     is 0), not every few seconds: the start/end window returns the
-//     samples earlier calls took in it (up to 120 per sandbox, one hour),
-//     plus one taken now when the window reaches the present.
+//   - getMetrics: the host's usage samples (package metering, every 5 s
+//     from the sandbox's cgroups, disk quota group and veth; E2B samples
+//     inside the sandbox): cpuUsedPct is of the sandbox's vCPUs, memTotal
+//     its memory limit, diskTotal its quota; memCache is 0. The window
+//     holds the samples of serve --metrics-history (default 15 min, E2B
+//     keeps longer) while the sandbox runs; a paused sandbox has none.
+//     With serve --no-usage berth samples only when asked, inside the
+//     sandbox (memory, disk; cpuUsedPct 0).
 //   - sudo inside the sandbox: berth sets no-new-privileges, so sudo
 //     fails; run commands with user "root" instead.
 //   - getHost(port) names {port}-{id}.e2b.app (the SDK's default domain);

@@ -64,6 +64,11 @@ type Backend interface {
 
 // Options configure New.
 type Options struct {
+	// Metrics is the host's usage sampler (metering.Sampler.Metrics):
+	// getMetrics answers its samples (every 5 s, read from the sandbox's
+	// cgroups on the host). Nil: a sample is taken inside the sandbox
+	// when asked, without CPU (lifecycle.go).
+	Metrics func(name string) (api.SandboxMetrics, bool)
 	// APIKey is what X-API-Key must carry. Empty fails closed (every
 	// control-plane call is 401).
 	APIKey string

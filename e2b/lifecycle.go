@@ -174,6 +174,10 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, id string) err
 		}
 		return err
 	}
+	if h.opts.Metrics != nil {
+		writeJSON(w, http.StatusOK, hostMetrics(h.opts.Metrics, id, h.detail(sb, false).CPUCount, start, end))
+		return nil
+	}
 	now := time.Now().UTC()
 	if sb.State == api.StateRunning && start <= now.Unix() && end >= now.Unix() {
 		m := metricBody{Timestamp: now, CPUCount: h.detail(sb, false).CPUCount, MemTotal: sb.Resources.MemoryMiB << 20}
@@ -201,4 +205,29 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, id string) err
 	}
 	writeJSON(w, http.StatusOK, h.metricHist.window(id, start, end))
 	return nil
+}
+
+// hostMetrics is E2B's SandboxMetric list from the host's usage samples
+// in [start, end] (unix seconds): CPU percent of the sandbox's cores
+// (E2B's cpuUsedPct is of all its vCPUs, 0-100), memory and disk against
+// their limits.
+func hostMetrics(get func(string) (api.SandboxMetrics, bool), id string, cpus int, start, end int64) []metricBody {
+	out := []metricBody{}
+	m, _ := get(id)
+	for _, s := range m.History {
+		if u := s.Time.Unix(); u < start || u > end {
+			continue
+		}
+		pct := s.CPUPercent
+		if cpus > 0 {
+			pct /= float64(cpus)
+		}
+		out = append(out, metricBody{
+			Timestamp: s.Time, TimestampUnix: s.Time.Unix(), CPUCount: cpus,
+			CPUUsedPct: math.Round(pct*100) / 100,
+			MemUsed:    s.MemoryBytes, MemTotal: s.MemoryLimitBytes,
+			DiskUsed: s.DiskUsedBytes, DiskTotal: s.DiskQuotaBytes,
+		})
+	}
+	return out
 }

@@ -45,6 +45,17 @@ type Config struct {
 	// MaxConns bounds one sandbox's concurrent proxied connections;
 	// default 1024. Beyond it new connections are reset (and logged).
 	MaxConns int
+	// Meter, when set, counts every connection's verdict and the bytes
+	// it carried (package metrics implements it).
+	Meter Meter
+}
+
+// Meter receives one call per proxied connection when it ends (or is
+// refused): its verdict and the bytes it carried each way (out: from
+// the sandbox). Per-request events of an intercepted connection are not
+// counted again.
+type Meter interface {
+	Egress(allowed bool, out, in int64)
 }
 
 // Manager runs the egress proxy and resolver for one daemon.
@@ -260,6 +271,9 @@ func (m *Manager) bySource(ip netip.Addr) *sandbox {
 func (m *Manager) record(name string, ev api.EgressEvent) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
+	}
+	if m.cfg.Meter != nil && ev.Method == "" {
+		m.cfg.Meter.Egress(ev.Allowed, ev.BytesOut, ev.BytesIn)
 	}
 	m.mu.Lock()
 	l := m.logs[name]

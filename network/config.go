@@ -120,6 +120,10 @@ func validateID(id string) error {
 	return nil
 }
 
+// HostVethName is the host-side veth of sandbox id on bridge (the usage
+// sampler reads its counters).
+func HostVethName(bridge, id string) string { return hostVethName(bridge, id) }
+
 // hostVethName derives the host-side interface name from the bridge and the
 // id. The bridge is part of the hash so two managers on one host (a test and
 // a running daemon) never fight over the same name for the same id.

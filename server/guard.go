@@ -60,6 +60,28 @@ type GuardOptions struct {
 	// credential before it reads them). Every user-facing listener drops
 	// them.
 	KeepForwardHeaders bool
+	// Observe, when set, receives every request's route label, status
+	// and duration when it ends (package metrics). The route is the
+	// pattern that served it, never the raw path (see RouteLabel).
+	Observe func(route string, status int, d time.Duration)
+}
+
+// RouteLabel is a request's route for a metric: the native API's route
+// pattern when one served it, else a fixed name of the face ("e2b",
+// "app", "console", "unrouted"), so that sandbox names and ids in paths
+// never become label values.
+func RouteLabel(r *http.Request, route string, passthrough bool) string {
+	switch {
+	case route != "":
+		return route
+	case passthrough:
+		return "app"
+	case strings.HasPrefix(r.URL.Path, "/v1/"):
+		return "unrouted"
+	case r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/console"):
+		return "console"
+	}
+	return "e2b"
 }
 
 // LongLivedBody is the default GuardOptions.LongLived: the native API's
@@ -178,7 +200,10 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = b
 	}
 	gw.weak = g.o.Weak
-	defer func() { g.log(r, gw, info, t0) }()
+	defer func() {
+		g.log(r, gw, info, t0)
+		g.observe(r, gw, info, t0)
+	}()
 	if g.o.Passthrough == nil || !g.o.Passthrough(r) {
 		if msg := nonCanonical(r); msg != "" {
 			writeJSON(gw, http.StatusBadRequest, api.Error{Code: "invalid_argument", Message: msg, RequestID: id})
@@ -212,6 +237,18 @@ func (w *guardWriter) drainUnread(body io.Reader) {
 	}
 	_ = w.rc.Flush()
 	_, _ = io.CopyN(io.Discard, body, maxDrain)
+}
+
+func (g *guard) observe(r *http.Request, gw *guardWriter, info *reqinfo.Info, t0 time.Time) {
+	if g.o.Observe == nil {
+		return
+	}
+	route, _, _ := info.Fields()
+	status := gw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	g.o.Observe(RouteLabel(r, route, g.o.Passthrough != nil && g.o.Passthrough(r)), status, time.Since(t0))
 }
 
 func (g *guard) log(r *http.Request, gw *guardWriter, info *reqinfo.Info, t0 time.Time) {

@@ -65,6 +65,9 @@ type Options struct {
 	// Builds runs Dockerfile builds (POST /v1/images/builds); nil: that
 	// route answers 412.
 	Builds control.ImageBuilds
+	// Usage serves per-sandbox metrics and tenant usage records
+	// (usage.go); nil: those routes answer failed_precondition.
+	Usage Usage
 	// Volumes serves /v1/volumes (volumes.go); nil: those routes answer
 	// 409 (failed precondition).
 	Volumes Volumes
@@ -157,6 +160,9 @@ var routes = []route{
 	// Cluster membership: nodes.go.
 	{"GET", "/v1/pools", (*server).listPools},
 	{"GET", "/v1/nodes", (*server).listNodes},
+	// Usage and metering: usage.go.
+	{"GET", "/v1/sandboxes/{name}/metrics", (*server).sandboxMetrics},
+	{"GET", "/v1/usage", (*server).usage},
 	{"GET", "/v1/nodes/{node}", (*server).getNode},
 	{"POST", "/v1/nodes/{node}/drain", (*server).drainNode},
 	{"POST", "/v1/nodes/{node}/undrain", (*server).undrainNode},

@@ -149,6 +149,7 @@ Quick start:
 		a.callCmd(),
 		a.nodeCmd(),
 		a.poolCmd(),
+		a.topCmd(),
 	)
 	return root
 }

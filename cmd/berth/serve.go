@@ -156,6 +156,11 @@ Examples:
 	f.IntVar(&cfg.StartLimit, "start-limit", 0, "most sandbox starts (creates and wakes; warm pool claims excluded) that run at once; more wait in a queue fair between tenants (default 2 per CPU)")
 	f.IntVar(&cfg.StartQueue, "start-queue", 1024, "most starts that may wait for a slot; more are answered 429 with Retry-After (-1: none wait)")
 	f.DurationVar(&cfg.StartWait, "start-wait", 30*time.Second, "longest a start waits for a slot before it is answered 429 with Retry-After")
+	f.StringVar(&cfg.Metrics.TokenFile, "metrics-token-file", "", "file holding the bearer token (16+ characters) that GET /metrics on --listen requires; without it (or --metrics-listen) /metrics answers 401 there")
+	f.StringVar(&cfg.Metrics.Listen, "metrics-listen", "", "address serving GET /metrics without authentication (keep it private: a loopback or a scrape network)")
+	f.DurationVar(&cfg.Metrics.History, "metrics-history", 15*time.Minute, "per-sandbox usage history kept in memory (a sample every --metrics-interval)")
+	f.DurationVar(&cfg.Metrics.Interval, "metrics-interval", 5*time.Second, "time between usage samples of every running sandbox (cgroups, veth, disk quota)")
+	f.BoolVar(&cfg.Metrics.NoUsage, "no-usage", false, "turn the usage sampler off: no per-sandbox metrics, usage records or traffic activity")
 	return cmd
 }
 

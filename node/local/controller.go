@@ -112,6 +112,9 @@ type Config struct {
 	FreezeMax         time.Duration
 	FreezeMemoryBytes int64
 	Checkpointer      Checkpointer
+	// Meter receives start durations, agent deaths and reconcile
+	// repairs (meter.go); nil: none.
+	Meter Meter
 }
 
 // Manager is the set of sandbox controllers on this daemon.
@@ -187,6 +190,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = nopMeter{}
 	}
 	cfg.UserNS.defaults()
 	m := &Manager{cfg: cfg, st: cfg.Store, actors: map[string]*actor{}}

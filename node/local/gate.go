@@ -61,6 +61,13 @@ func newStartGate(c GateConfig, cpus int) *startGate {
 	return &startGate{cfg: c, queues: map[string][]*gateWaiter{}, avg: time.Second, idle: make(chan struct{})}
 }
 
+// queueDepth is how many starts wait for a slot now.
+func (g *startGate) queueDepth() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queued
+}
+
 // acquire waits for a start slot for tenant and returns its release.
 func (g *startGate) acquire(ctx context.Context, tenant string) (func(), error) {
 	g.mu.Lock()

@@ -67,4 +67,5 @@ func (m *Manager) watchInit(name, id, bundle, run string) {
 		m.cfg.Logf("sandbox %s: %v", name, err)
 	}
 	m.journal(ctx, name, "compute-lost", "the sandbox's agent exited")
+	m.cfg.Meter.AgentDied()
 }

@@ -292,6 +292,7 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	}
 	sp.mark("save")
 	m.journal(ctx, a.name, op, fmt.Sprintf("%s in %s (%s)", rec.ID, time.Since(t0).Round(time.Millisecond), &sp))
+	m.cfg.Meter.StartDone(startPath(wasSleeping, rec.Snapshot, rec.PersistSnapshot), time.Since(t0))
 	go m.watchInit(a.name, rec.ID, bundle, rec.RunID)
 	return nil
 }

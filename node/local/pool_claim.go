@@ -148,6 +148,7 @@ func (m *Manager) claim(ctx context.Context, a *actor) (bool, error) {
 		return false, nil
 	}
 	m.journal(ctx, a.name, "start", fmt.Sprintf("%s in %s (warm pool)", rec.ID, time.Since(t0).Round(time.Millisecond)))
+	m.cfg.Meter.StartDone("pool", time.Since(t0))
 	go m.watchInit(a.name, rec.ID, filepath.Join(m.sandboxDir(rec.ID), "bundle"), rec.RunID)
 	return true, nil
 }

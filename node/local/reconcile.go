@@ -50,6 +50,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	// crash during reconcile is repaired by the next one.
 	for _, c := range containers {
 		if !keep[c.ID] {
+			m.cfg.Meter.Repaired("orphan-container")
 			_ = m.cfg.Runtime.Kill(ctx, c.ID, syscall.SIGKILL)
 			if err := m.cfg.Runtime.Delete(ctx, c.ID, true); err != nil {
 				m.cfg.Logf("reconcile: delete container %s: %v", c.ID, err)
@@ -62,6 +63,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if mounted, err := m.cfg.Rootfs.Mounted(ctx); err == nil {
 		for _, id := range mounted {
 			if !keep[id] {
+				m.cfg.Meter.Repaired("orphan-mount")
 				if err := m.cfg.Rootfs.Unmount(ctx, id); err != nil {
 					m.cfg.Logf("reconcile: unmount %s: %v", id, err)
 				}
@@ -71,6 +73,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if known, err := m.cfg.Rootfs.Known(ctx); err == nil {
 		for _, id := range known {
 			if !owned[id] {
+				m.cfg.Meter.Repaired("orphan-layer")
 				if err := m.cfg.Rootfs.Remove(ctx, id); err != nil {
 					m.cfg.Logf("reconcile: remove orphan layer %s: %v", id, err)
 				}
@@ -137,6 +140,7 @@ func (m *Manager) collectOrphanBlobs(ctx context.Context) {
 		for _, b := range blobs {
 			if !known[b.Key] {
 				m.cfg.Logf("reconcile: removing unrecorded blob %s", b.Key)
+				m.cfg.Meter.Repaired("orphan-blob")
 				_ = m.cfg.Blobs.Delete(ctx, b.Key)
 			}
 		}
@@ -200,6 +204,7 @@ func (m *Manager) adopt(ctx context.Context, a *actor, c Container) bool {
 		m.cfg.Logf("reconcile: %v", err)
 	}
 	m.journal(ctx, a.name, "reconcile", "compute lost while "+prev)
+	m.cfg.Meter.Repaired("compute-lost")
 	return false
 }
 
@@ -348,5 +353,6 @@ func (m *Manager) adoptFrozen(ctx context.Context, a *actor, c Container) bool {
 		m.cfg.Logf("reconcile: %v", serr)
 	}
 	m.journal(ctx, a.name, "reconcile", "frozen compute lost ("+err.Error()+"): sleeps with its files")
+	m.cfg.Meter.Repaired("compute-lost")
 	return false
 }

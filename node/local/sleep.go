@@ -205,8 +205,10 @@ func (m *Manager) thaw(ctx context.Context, a *actor) error {
 // compute's removal so that start boots it from its files (reboot, said
 // in LastWake and the journal). done reports whether the thaw woke it.
 func (m *Manager) wakeFrozen(ctx context.Context, a *actor) (done bool) {
+	t0 := time.Now()
 	err := m.thaw(ctx, a)
 	if err == nil {
+		m.cfg.Meter.StartDone("wake", time.Since(t0))
 		return true
 	}
 	m.cfg.Logf("sandbox %s: %v; booting it from its files", a.name, err)
