@@ -31,8 +31,11 @@ func TestCopyStaysInRoot(t *testing.T) {
 	}
 	defer unix.Close(fd)
 
+	// The test is about resolution, not ownership: copied files get the
+	// caller's own ids, so it runs unprivileged too (the non-root tier).
+	opts := copyOpts{own: owner{uid: os.Getuid(), gid: os.Getgid()}}
 	dst := t.TempDir()
-	if err := copySource(fd, "dir", filepath.Join(dst, "d"), copyOpts{}); err != nil {
+	if err := copySource(fd, "dir", filepath.Join(dst, "d"), opts); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "d", "f")); string(b) != "ok" {
@@ -47,7 +50,7 @@ func TestCopyStaysInRoot(t *testing.T) {
 	// Following the top-level symlinks resolves inside the context,
 	// where there is no such file.
 	for _, src := range []string{"top", "out/secret"} {
-		err := copySource(fd, src, filepath.Join(dst, "x"), copyOpts{})
+		err := copySource(fd, src, filepath.Join(dst, "x"), opts)
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("%s: %v, want not found (resolved inside the context)", src, err)
 		}
@@ -58,7 +61,7 @@ func TestCopyStaysInRoot(t *testing.T) {
 	// Negative control: the same file inside the context is copied.
 	os.MkdirAll(filepath.Join(ctx, outside), 0o755)
 	os.WriteFile(filepath.Join(ctx, secret), []byte("in context"), 0o644)
-	if err := copySource(fd, "top", filepath.Join(dst, "y"), copyOpts{}); err != nil {
+	if err := copySource(fd, "top", filepath.Join(dst, "y"), opts); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "y")); string(b) != "in context" {
