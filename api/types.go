@@ -59,6 +59,10 @@ type CreateSandboxRequest struct {
 	// Volumes are named volumes mounted at each start (see Volume).
 	// Fixed at creation.
 	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// Start is the sandbox's own start command ("image" for the image's
+	// ENTRYPOINT/CMD), run at every boot from files; with Ready, the call
+	// that boots the sandbox waits for it. Fixed at creation.
+	Start *StartCommand `json:"start,omitempty"`
 }
 
 // Isolation levels.
@@ -113,6 +117,9 @@ type Sandbox struct {
 	LastWake string `json:"lastWake,omitempty"`
 	// Volumes are the sandbox's volume mounts.
 	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// Start is the sandbox's start command (its process has the id
+	// StartProcessID).
+	Start *StartCommand `json:"start,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

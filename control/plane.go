@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
@@ -85,11 +86,15 @@ func (p *Plane) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest, c
 	if err := api.ValidateSandboxName(req.Name); err != nil {
 		return api.Sandbox{}, false, err
 	}
+	since := time.Now()
 	err = p.asObject(ctx, req.Name, func(o *controller.Sandbox) error {
 		res, err := o.GetOrCreate(ctx, controller.CreateArgs{Request: req, CreateOnly: createOnly})
 		sb, created = res.Sandbox, res.Created
 		return err
 	})
+	if err == nil {
+		err = p.awaitReady(ctx, sb, created, since)
+	}
 	return p.withNode(sb), created, err
 }
 

@@ -45,6 +45,8 @@ type Spec struct {
 	KeepAlive  bool              `json:"keepAlive,omitempty"`
 	// Volumes are the named volumes the sandbox mounts (fixed at creation).
 	Volumes []api.VolumeMount `json:"volumes,omitempty"`
+	// Start is the sandbox's start command (fixed at creation).
+	Start *api.StartCommand `json:"start,omitempty"`
 }
 
 // Options configure the class.
@@ -136,6 +138,7 @@ func (s *Sandbox) create(ctx context.Context, req api.CreateSandboxRequest) (Cre
 		Internet: req.Internet != nil && *req.Internet, Network: req.Network, Isolation: req.Isolation,
 		Persist: req.Persist, Env: req.Env, Labels: req.Labels, SleepAfter: sleepAfter,
 		KeepAlive: req.KeepAlive != nil && *req.KeepAlive, Sleep: req.Sleep, Volumes: req.Volumes,
+		Start: req.Start,
 	}
 	if err := api.ValidSleepMode(req.Sleep); err != nil {
 		return CreateResult{}, err
@@ -400,7 +403,7 @@ func specFrom(sb api.Sandbox, sleepAfter time.Duration, keepAlive bool) Spec {
 		Image: sb.Image, ImageDigest: sb.ImageDigest, Snapshot: sb.Snapshot, Instance: sb.Instance,
 		Internet: sb.Internet, Network: sb.Network, Isolation: sb.Isolation, Persist: sb.Persist,
 		Env: sb.Env, Labels: sb.Labels, SleepAfter: sleepAfter, KeepAlive: keepAlive,
-		Sleep: sb.Sleep,
+		Sleep: sb.Sleep, Volumes: sb.Volumes, Start: sb.Start,
 	}
 	if sb.PersistEvery != "" {
 		sp.PersistEvery, _ = time.ParseDuration(sb.PersistEvery)
@@ -418,6 +421,7 @@ func (sp Spec) startOptions() durable.StartOptions {
 		Image: sp.Image, Instance: sp.Instance, Internet: sp.Internet, Env: sp.Env, Labels: sp.Labels,
 		Network: sp.Network, Isolation: sp.Isolation, Persist: sp.Persist, PersistEvery: sp.PersistEvery,
 		SleepAfter: sp.SleepAfter, KeepAlive: sp.KeepAlive, SelfSleep: true, Sleep: sp.Sleep, Volumes: sp.Volumes,
+		Start: sp.Start,
 	}
 	if sp.Resources != nil {
 		o.Resources = &durable.Resources{VCPU: sp.Resources.VCPU, MemoryMiB: sp.Resources.MemoryMiB, DiskMB: sp.Resources.DiskMB}

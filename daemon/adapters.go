@@ -34,7 +34,8 @@ func (i images) Prepare(ctx context.Context, ref string) (local.Image, error) {
 	if err != nil {
 		return local.Image{}, err
 	}
-	return local.Image{Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, User: img.Config.User, LayerDirs: dirs}, nil
+	return local.Image{Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, User: img.Config.User,
+		Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, LayerDirs: dirs}, nil
 }
 
 // fetchLog logs a fetch's messages and each blob's completion, not every

@@ -126,6 +126,9 @@ type StartOptions struct {
 	Sleep string `json:"sleep,omitempty"`
 	// Volumes are named volumes mounted at each start. Chosen at creation.
 	Volumes []api.VolumeMount `json:"volumes,omitempty"`
+	// Start is the start command run at every boot from files. Chosen at
+	// creation.
+	Start *api.StartCommand `json:"start,omitempty"`
 	// SleepAfter is the inactivity timeout (0: the platform's 10m) and
 	// KeepAlive turns it off.
 	SleepAfter time.Duration `json:"sleepAfter,omitempty"`

@@ -76,6 +76,9 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 			return errdefs.InvalidArgument("invalid sleepAfter %q: want a duration between 1s and 720h such as \"10m\"", req.SleepAfter)
 		}
 	}
+	if err := validateStart(req.Start); err != nil {
+		return err
+	}
 	return validateCreateSnapshot(req)
 }
 

@@ -289,3 +289,48 @@ func validateGlobs(kind string, globs []string) error {
 	}
 	return nil
 }
+
+// validateStart checks a create's start command: its shape, then the
+// command, cwd, env and user as a background process's, and its readiness
+// probe as a wait call's.
+func validateStart(s *api.StartCommand) error {
+	if s == nil {
+		return nil
+	}
+	if err := s.CheckShape(); err != nil {
+		return err
+	}
+	if !s.Image {
+		switch {
+		case strings.TrimSpace(s.Command) == "":
+			return errdefs.InvalidArgument("start.command is blank")
+		case len(s.Command) > maxCommandBytes:
+			return errdefs.InvalidArgument("start.command is %d bytes, max %d", len(s.Command), maxCommandBytes)
+		case hasNUL(s.Command) || !utf8.ValidString(s.Command):
+			return errdefs.InvalidArgument("start.command contains a NUL byte or invalid UTF-8")
+		}
+	}
+	if s.Cwd != "" {
+		if err := validatePath("start.cwd", s.Cwd); err != nil {
+			return err
+		}
+	}
+	if err := validateEnv("start.env", s.Env); err != nil {
+		return err
+	}
+	if err := validateUser(s.User); err != nil {
+		return errdefs.InvalidArgument("start.user: %w", err)
+	}
+	if r := s.Ready; r != nil {
+		var err error
+		if r.Port != nil {
+			err = validateWaitPort(r.Port)
+		} else {
+			err = validateWaitLog(r.Log)
+		}
+		if err != nil {
+			return errdefs.InvalidArgument("start.ready: %w", err)
+		}
+	}
+	return nil
+}

@@ -70,6 +70,15 @@ func TestValidation(t *testing.T) {
 		{"bad label filter", "GET", "/v1/sandboxes?label=novalue", ``, 400, "key=value"},
 		{"pull empty ref", "POST", "/v1/images/pull", `{"ref":""}`, 400, "ref is empty"},
 		{"import bad name", "POST", "/v1/images/import?name=a%0Ab", `x`, 400, "name"},
+		{"start neither", "POST", "/v1/sandboxes", `{"name":"a","start":{}}`, 400, "start: give"},
+		{"start both", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"command":"x"}}`, 400, "not both"},
+		{"start blank command", "POST", "/v1/sandboxes", `{"name":"a","start":"  "}`, 400, "start.command is blank"},
+		{"start unknown field", "POST", "/v1/sandboxes", `{"name":"a","start":{"comand":"x"}}`, 400, "comand"},
+		{"start bad cwd", "POST", "/v1/sandboxes", `{"name":"a","start":{"command":"x","cwd":"/a\u0000b"}}`, 400, "start.cwd"},
+		{"start bad env", "POST", "/v1/sandboxes", `{"name":"a","start":{"command":"x","env":{"1x":"y"}}}`, 400, "start.env"},
+		{"start ready two probes", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"port":{"port":80},"log":{"pattern":"x"}}}}`, 400, "exactly one"},
+		{"start ready bad port", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"port":{"port":70000}}}}`, 400, "start.ready: port must be"},
+		{"start ready bad regex", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"log":{"pattern":"(","regex":true}}}}`, 400, "RE2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

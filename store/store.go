@@ -66,6 +66,9 @@ type Sandbox struct {
 	// Volumes are the named volumes mounted at each start (package
 	// volume), fixed at creation.
 	Volumes []api.VolumeMount `json:",omitempty"`
+	// Start is the start command run at every boot from files (fixed at
+	// creation).
+	Start *api.StartCommand `json:",omitempty"`
 	// Isolation is api.IsolationRunc or api.IsolationGVisor ("" = runc).
 	Isolation string
 	// Sleep is the sleep mode (api.Sleep*; "" = api.SleepStop, as every

@@ -12,7 +12,7 @@ func (r Sandbox) View() api.Sandbox {
 		Labels: r.Labels, SleepAfter: r.SleepAfter.String(), KeepAlive: r.KeepAlive, IP: r.IP,
 		CreatedAt: r.CreatedAt, LastActive: r.LastActive, Error: r.Error, OOMKilled: r.OOMKilled,
 		Snapshot: r.Snapshot, Persist: r.Persist, Isolation: r.Isolation, Node: r.Owner,
-		Sleep: r.Sleep, LastWake: r.LastWake, Volumes: r.Volumes,
+		Sleep: r.Sleep, LastWake: r.LastWake, Volumes: r.Volumes, Start: r.Start,
 	}
 	if s.Sleep == "" {
 		s.Sleep = api.SleepStop

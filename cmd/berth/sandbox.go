@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,7 @@ func (a *app) sandboxCreateCmd() *cobra.Command {
 		internet, keepLive bool
 		getOrCreate        bool
 		pf                 policyFlags
+		sf                 startFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -62,13 +64,21 @@ Examples:
   berth sandbox create big --vcpu 2 --memory-mib 4096 --disk-mb 20000
   berth sandbox create dev-2 --snapshot snap_3f9a0c1e --persist disk
   berth sandbox create worker --volume data:/data --volume models:/models:ro
+  berth sandbox create web --image my-app --start image --ready-port 8080
+  berth sandbox create dev --start 'npm run dev' --ready-log 'ready in'
   berth sandbox create job-7 --persist interval --persist-every 5m   # a node's loss costs at most 5 min of files
   berth sandbox create agent-9 --allow api.github.com --allow '*.pypi.org' \
     --inject 'host=api.github.com,header=Authorization,secret=github,prefix=Bearer'
 
 --allow, --deny and --inject set its network policy (see 'berth egress'):
 without --internet only allowed hosts are reachable; secrets named by
---inject stay on the host ('berth secret set').`,
+--inject stay on the host ('berth secret set').
+
+--start runs a start command at every boot from files: "image" for the
+image's own ENTRYPOINT and CMD, or a shell command. It is the background
+process "start" ('berth process logs NAME start'). With --ready-port or
+--ready-log the create answers once the command is ready, and fails (the
+sandbox keeps running) if it exits first or --ready-timeout passes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
@@ -80,6 +90,9 @@ without --internet only allowed hosts are reachable; secrets named by
 				return err
 			}
 			if req.Volumes, err = parseVolumeFlags(volumes); err != nil {
+				return err
+			}
+			if req.Start, err = sf.command(); err != nil {
 				return err
 			}
 			f := cmd.Flags()
@@ -132,6 +145,7 @@ without --internet only allowed hosts are reachable; secrets named by
 	f.StringArrayVar(&volumes, "volume", nil, "mount a named volume, NAME:PATH or NAME:PATH:ro (repeatable; see 'berth volume')")
 	f.StringVar(&req.Isolation, "isolation", "", "runc (default) or gvisor: gVisor's user-space kernel between the sandbox and the host")
 	pf.register(cmd)
+	sf.register(cmd)
 	f.StringVar(&req.Persist, "persist", "", "none, disk or interval: with disk, each sleep also snapshots its files to the blob store; interval also checkpoints them every --persist-every while it runs (default none; disk in a cluster)")
 	f.StringVar(&req.Sleep, "sleep", "", "freeze, checkpoint or stop: what a sleep keeps; freeze keeps memory and processes (a wake continues them), stop keeps files only (default: the server's --sleep-mode)")
 	f.StringVar(&req.PersistEvery, "persist-every", "", "with --persist interval: the checkpoint period (10s to 24h, like 10m)")
@@ -255,4 +269,47 @@ Example:
 			return c.Sleep(cmd.Context(), args[0])
 		},
 	}
+}
+
+// startFlags are create's start command flags.
+type startFlags struct {
+	start        string
+	readyPort    int
+	readyLog     string
+	readyTimeout time.Duration
+}
+
+func (sf *startFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&sf.start, "start", "", `start command run at every boot from files: "image" (the image's ENTRYPOINT and CMD) or a shell command`)
+	f.IntVar(&sf.readyPort, "ready-port", 0, "with --start: wait until this port answers HTTP inside the sandbox")
+	f.StringVar(&sf.readyLog, "ready-log", "", "with --start: wait until a line of its output contains this text")
+	f.DurationVar(&sf.readyTimeout, "ready-timeout", 0, "with --ready-port or --ready-log: how long to wait (default 60s)")
+}
+
+// command is the request's start command; nil without --start.
+func (sf *startFlags) command() (*api.StartCommand, error) {
+	ready := sf.readyPort != 0 || sf.readyLog != ""
+	switch {
+	case sf.start == "" && (ready || sf.readyTimeout != 0):
+		return nil, errors.New("--ready-port, --ready-log and --ready-timeout need --start")
+	case sf.start == "":
+		return nil, nil
+	case sf.readyPort != 0 && sf.readyLog != "":
+		return nil, errors.New("give --ready-port or --ready-log, not both")
+	case sf.readyTimeout != 0 && !ready:
+		return nil, errors.New("--ready-timeout needs --ready-port or --ready-log")
+	}
+	s := &api.StartCommand{Command: sf.start}
+	if sf.start == "image" {
+		s = &api.StartCommand{Image: true}
+	}
+	ms := sf.readyTimeout.Milliseconds()
+	switch {
+	case sf.readyPort != 0:
+		s.Ready = &api.Readiness{Port: &api.WaitPortRequest{Port: sf.readyPort, TimeoutMs: ms}}
+	case sf.readyLog != "":
+		s.Ready = &api.Readiness{Log: &api.WaitLogRequest{Pattern: sf.readyLog, TimeoutMs: ms}}
+	}
+	return s, nil
 }

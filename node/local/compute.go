@@ -39,7 +39,7 @@ var _ node.Node = compute{}
 func request(name string, o node.StartOptions) api.CreateSandboxRequest {
 	internet, keep := o.Internet, o.KeepAlive
 	req := api.CreateSandboxRequest{Name: name, Image: o.Image, Instance: o.Instance, Internet: &internet,
-		Env: o.Env, Labels: o.Labels, Network: o.Network, Isolation: o.Isolation, Persist: o.Persist, KeepAlive: &keep, Sleep: o.Sleep, Volumes: o.Volumes}
+		Env: o.Env, Labels: o.Labels, Network: o.Network, Isolation: o.Isolation, Persist: o.Persist, KeepAlive: &keep, Sleep: o.Sleep, Volumes: o.Volumes, Start: o.Start}
 	if o.PersistEvery > 0 {
 		req.PersistEvery = o.PersistEvery.String()
 	}

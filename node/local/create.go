@@ -146,6 +146,14 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			m.drop(a)
 			return api.Sandbox{}, false, err
 		}
+		if req.Start != nil {
+			if err := req.Start.CheckShape(); err != nil {
+				m.drop(a)
+				return api.Sandbox{}, false, err
+			}
+			s := *req.Start
+			a.rec.Start = &s
+		}
 		if req.Snapshot != "" {
 			if err := validSnapshotID(req.Snapshot); err != nil {
 				return api.Sandbox{}, false, err

@@ -19,8 +19,12 @@ type Image struct {
 	Env        []string
 	WorkingDir string
 	// User is the image's USER: the sandbox's default user when set.
-	User      string
-	LayerDirs []string // unpacked read-only layers, lowest first
+	User string
+	// Entrypoint and Cmd are the image's own start command (exec form),
+	// run by a sandbox created with api.StartCommand.Image.
+	Entrypoint []string
+	Cmd        []string
+	LayerDirs  []string // unpacked read-only layers, lowest first
 }
 
 // Images resolves a reference and makes its layers ready on this host.

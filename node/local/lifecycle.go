@@ -134,6 +134,14 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	if err != nil {
 		return beforeSandbox{err}
 	}
+	var startCmd *api.StartProcessRequest
+	if rec.Start != nil {
+		req, err := startProcessRequest(*rec.Start, img)
+		if err != nil {
+			return beforeSandbox{err}
+		}
+		startCmd = &req
+	}
 	sp.mark("image")
 	snapDirs, err := m.snapshotLowers(ctx, rec)
 	if err != nil {
@@ -292,6 +300,9 @@ func (m *Manager) start(ctx context.Context, a *actor) (err error) {
 	}
 	sp.mark("save")
 	m.journal(ctx, a.name, op, fmt.Sprintf("%s in %s (%s)", rec.ID, time.Since(t0).Round(time.Millisecond), &sp))
+	if startCmd != nil {
+		m.runStartCommand(ctx, a, *startCmd)
+	}
 	m.cfg.Meter.StartDone(startPath(wasSleeping, rec.Snapshot, rec.PersistSnapshot), time.Since(t0))
 	go m.watchInit(a.name, rec.ID, bundle, rec.RunID)
 	return nil

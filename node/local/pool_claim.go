@@ -44,6 +44,11 @@ func (ps *pools) takeFor(ctx context.Context, m *Manager, rec *store.Sandbox) *m
 	if err != nil {
 		return nil // the cold start reports it
 	}
+	if rec.Start != nil {
+		if _, err := startProcessRequest(*rec.Start, img); err != nil {
+			return nil // likewise
+		}
+	}
 	internet := m.rawInternet(policyOf(*rec))
 	_, canSwitch := m.cfg.Network.(interface {
 		SetInternet(ctx context.Context, id string, on bool) error
@@ -148,6 +153,14 @@ func (m *Manager) claim(ctx context.Context, a *actor) (bool, error) {
 		return false, nil
 	}
 	m.journal(ctx, a.name, "start", fmt.Sprintf("%s in %s (warm pool)", rec.ID, time.Since(t0).Round(time.Millisecond)))
+	if rec.Start != nil {
+		// takeFor checked that the command can be made from the image.
+		if img, err := m.prepare(ctx, rec.ImageDigest); err == nil {
+			if req, err := startProcessRequest(*rec.Start, img); err == nil {
+				m.runStartCommand(ctx, a, req)
+			}
+		}
+	}
 	m.cfg.Meter.StartDone("pool", time.Since(t0))
 	go m.watchInit(a.name, rec.ID, filepath.Join(m.sandboxDir(rec.ID), "bundle"), rec.RunID)
 	return true, nil
