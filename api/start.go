@@ -42,13 +42,34 @@ type StartCommand struct {
 }
 
 // Readiness is how a start command shows it is ready: exactly one of
-// Port (the port accepts connections or answers HTTP) and Log (a line of
-// its output matches). Their TimeoutMs bounds the wait (0:
-// DefaultReadyTimeoutMs); the wait also ends, failed, when the process
-// exits first.
+// Port (the port accepts connections or answers HTTP), Log (a line of its
+// output matches) and Command (a shell command exits 0, as E2B's
+// readyCmd). Their TimeoutMs bounds the wait (0: DefaultReadyTimeoutMs);
+// the wait also ends, failed, when the process exits first.
 type Readiness struct {
-	Port *WaitPortRequest `json:"port,omitempty"`
-	Log  *WaitLogRequest  `json:"log,omitempty"`
+	Port    *WaitPortRequest `json:"port,omitempty"`
+	Log     *WaitLogRequest  `json:"log,omitempty"`
+	Command *ReadyCommand    `json:"command,omitempty"`
+}
+
+// ReadyCommand is a readiness check run with /bin/sh -c inside the
+// sandbox every IntervalMs (default 500, clamped to [50, 10000]), each
+// try bounded to 10 s, until it exits 0.
+type ReadyCommand struct {
+	Command    string `json:"command"`
+	IntervalMs int64  `json:"intervalMs,omitempty"`
+	TimeoutMs  int64  `json:"timeoutMs,omitempty"`
+}
+
+// probes counts the probes set.
+func (r Readiness) probes() int {
+	n := 0
+	for _, set := range []bool{r.Port != nil, r.Log != nil, r.Command != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
 }
 
 // UnmarshalJSON accepts the object form and the string shorthand.
@@ -83,6 +104,8 @@ func (r Readiness) ReadyTimeoutMs() int64 {
 		t = r.Port.TimeoutMs
 	case r.Log != nil:
 		t = r.Log.TimeoutMs
+	case r.Command != nil:
+		t = r.Command.TimeoutMs
 	}
 	if t <= 0 {
 		return DefaultReadyTimeoutMs
@@ -99,8 +122,8 @@ func (s StartCommand) CheckShape() error {
 		return errdefs.InvalidArgument("start: give image or command, not both")
 	case !s.Image && s.Command == "":
 		return errdefs.InvalidArgument("start: give \"image\" (the image's ENTRYPOINT and CMD) or a command")
-	case s.Ready != nil && (s.Ready.Port == nil) == (s.Ready.Log == nil):
-		return errdefs.InvalidArgument("start.ready: give exactly one of port and log")
+	case s.Ready != nil && s.Ready.probes() != 1:
+		return errdefs.InvalidArgument("start.ready: give exactly one of port, log and command")
 	}
 	return nil
 }

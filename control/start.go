@@ -1,11 +1,14 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/berth-sh/berth/agentclient"
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // bootSlack widens "booted by this call" for a node whose clock runs a
@@ -35,14 +38,17 @@ func (p *Plane) awaitReady(ctx context.Context, sb api.Sandbox, created bool, si
 	defer release()
 	timeout := s.Ready.ReadyTimeoutMs()
 	t0 := time.Now()
-	if r := s.Ready.Port; r != nil {
-		req := *r
+	switch r := s.Ready; {
+	case r.Port != nil:
+		req := *r.Port
 		req.TimeoutMs = timeout
 		_, err = ag.WaitForPort(ctx, api.StartProcessID, req)
-	} else {
-		req := *s.Ready.Log
+	case r.Log != nil:
+		req := *r.Log
 		req.TimeoutMs = timeout
 		_, err = ag.WaitForLog(ctx, api.StartProcessID, req)
+	default:
+		err = waitCommand(ctx, ag, *r.Command, time.Duration(timeout)*time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("sandbox %q runs, but its start command was not ready after %s: %w (its output: GET /v1/sandboxes/%s/processes/%s/logs)",
@@ -50,3 +56,46 @@ func (p *Plane) awaitReady(ctx context.Context, sb api.Sandbox, created bool, si
 	}
 	return nil
 }
+
+// waitCommand runs a readiness command until it exits 0, the start
+// command's process ends (failed precondition, as the agent's waits
+// answer) or timeout passes (deadline exceeded).
+func waitCommand(ctx context.Context, ag *agentclient.Client, c api.ReadyCommand, timeout time.Duration) error {
+	interval := min(max(time.Duration(c.IntervalMs)*time.Millisecond, 50*time.Millisecond), 10*time.Second)
+	if c.IntervalMs == 0 {
+		interval = 500 * time.Millisecond
+	}
+	deadline := time.Now().Add(timeout)
+	var last api.ExitStatus
+	var out bytes.Buffer
+	for {
+		out.Reset()
+		try := min(readyTry, time.Until(deadline))
+		st, err := ag.Exec(ctx, api.ExecRequest{Command: c.Command, TimeoutMs: max(try.Milliseconds(), 1)}, &out, &out)
+		if err != nil {
+			return err
+		}
+		if st.ExitCode == 0 && !st.TimedOut {
+			return nil
+		}
+		last = st
+		p, err := ag.GetProcess(ctx, api.StartProcessID)
+		if err != nil {
+			return err
+		}
+		if p.Status != api.ProcessRunning {
+			return errdefs.FailedPrecondition("the start command ended (%s) before its ready command passed", p.Status)
+		}
+		if time.Until(deadline) < interval {
+			return errdefs.New(errdefs.ErrDeadlineExceeded, "ready command %q did not exit 0 within %s (last exit %d: %.200q)", c.Command, timeout, last.ExitCode, out.String())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// readyTry bounds one run of a ready command.
+const readyTry = 10 * time.Second

@@ -6,6 +6,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/image"
+	"github.com/berth-sh/berth/imagebuild"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/network"
 	"github.com/berth-sh/berth/node/local"
@@ -83,6 +84,17 @@ func (i images) BuildBase(ctx context.Context, progress func(api.Progress)) (api
 }
 
 func (i images) RemoveImage(ctx context.Context, ref string) error { return i.s.Remove(ctx, ref) }
+
+// templateImages is what the E2B template build API needs: the builder
+// and the image store's list, names and removal.
+type templateImages struct {
+	*imagebuild.Builder
+	images
+}
+
+func (t templateImages) TagImage(ctx context.Context, name, ref string) error {
+	return t.images.s.Tag(ctx, name, ref)
+}
 
 // rootfsAdapter adapts rootfs.Manager to local.Rootfs (and, through the
 // embedding, local.UpperSnapshots).

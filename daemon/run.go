@@ -316,7 +316,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// The E2B-compatible API shares the listener: its routes (/sandboxes,
 	// /v2/…, data-plane requests by E2b-Sandbox-Id) never collide with
 	// the native /v1 API or the console.
-	e2bo := e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf, Forward: router, Node: clusterName(cfg)}
+	e2bo := e2b.Options{APIKey: key, Templates: templates, Tenants: tenants(pol), Logf: logf, Forward: router, Node: clusterName(cfg),
+		Builds: templateImages{builds, images{s: imgs}}, BuildDir: filepath.Join(cfg.DataDir, "e2b-builds")}
 	if sampler != nil {
 		e2bo.Metrics = sampler.Metrics
 	}

@@ -86,6 +86,13 @@ type lifecycleBody struct {
 }
 
 func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
+	if id, hash, ok := isTemplateUpload(r); ok {
+		// A presigned upload link: its token, not the API key.
+		if err := h.upload(w, r, id, hash); err != nil {
+			writeErr(w, err)
+		}
+		return
+	}
 	r, ok := h.authorize(r)
 	if !ok {
 		writeJSON(w, http.StatusUnauthorized, apiError{Code: 401, Message: "Invalid API key: send the berth API key (<data>/api-key) in X-API-Key"})
@@ -140,8 +147,31 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
 		err = h.updateNetwork(w, r, parts[1])
 	case parts[0] == "snapshots" && len(parts) == 1 && r.Method == http.MethodGet:
 		err = h.listSnapshots(w, r)
+	case parts[0] == "v3" && len(parts) == 2 && parts[1] == "templates" && r.Method == http.MethodPost:
+		err = h.requestTemplate(w, r)
+	case parts[0] == "templates" && len(parts) == 2 && parts[1] == "tags" && r.Method == http.MethodPost:
+		err = h.assignTags(w, r)
+	case parts[0] == "templates" && len(parts) == 2 && parts[1] == "tags" && r.Method == http.MethodDelete:
+		err = h.removeTags(w, r)
+	case parts[0] == "templates" && len(parts) == 3 && parts[1] == "aliases" && r.Method == http.MethodGet:
+		err = h.templateAlias(w, r, parts[2])
+	case parts[0] == "templates" && len(parts) == 3 && parts[2] == "tags" && r.Method == http.MethodGet:
+		err = h.templateTags(w, r, parts[1])
+	case parts[0] == "templates" && len(parts) == 4 && parts[2] == "files" && r.Method == http.MethodGet:
+		err = h.fileUploadLink(w, r, parts[1], parts[3])
+	case parts[0] == "templates" && len(parts) == 4 && parts[2] == "builds" && r.Method == http.MethodPost:
+		err = h.startBuild(w, r, parts[1], parts[3])
+	case parts[0] == "templates" && len(parts) == 5 && parts[2] == "builds" && parts[4] == "status" && r.Method == http.MethodGet:
+		err = h.buildStatus(w, r, parts[1], parts[3])
 	case parts[0] == "templates" && len(parts) == 2 && r.Method == http.MethodDelete:
-		err = h.deleteSnapshot(w, r, parts[1])
+		var found bool
+		if found, err = h.deleteTemplate(r.Context(), parts[1]); err == nil {
+			if found {
+				w.WriteHeader(http.StatusNoContent)
+			} else {
+				err = h.deleteSnapshot(w, r, parts[1])
+			}
+		}
 	default:
 		err = unsupported(r)
 	}
@@ -264,6 +294,9 @@ func (h *Handler) resolveTemplate(ctx context.Context, tpl string, req *api.Crea
 	if img, ok := h.opts.Templates[tpl]; ok {
 		req.Image = img
 		return nil
+	}
+	if ok, err := h.resolveBuiltTemplate(ctx, tpl, req); ok || err != nil {
+		return err
 	}
 	if sn, err := h.b.GetSnapshot(ctx, tpl); err == nil {
 		req.Snapshot = sn.ID

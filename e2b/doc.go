@@ -23,12 +23,29 @@
 // so it needs no storage and forks get their own. Network settings map
 // onto berth's egress policy (egressFor).
 //
+// Template builds (templatebuild.go): Template.build, exists, tags
+// and delete work over berth's Dockerfile builder. A template is the
+// berth images "e2b-<name>:<tag>" (a build without a tag is
+// "latest"); the recipe becomes a Dockerfile (RUN in exec form, COPY
+// of the uploaded file sets, ENV, WORKDIR, USER; the stock base
+// e2bdev/base is debian-trixie, whose steps run as "user", as E2B's
+// do) and the start and ready commands ride in the image's labels, so
+// a sandbox created from the template runs its start command (berth's
+// start command, process "start") and its create waits for the ready
+// command to exit 0 (60 s at most). Differences: the build happens
+// once and each sandbox runs the start command at its own boot (E2B
+// snapshots the running start command into the template); copy
+// sources with wildcards, fromImageRegistry credentials and step
+// types other than those five are refused (400 naming the step);
+// build records (status and logs) live in memory, so a build in
+// flight when berth stops is lost (its finished images are not);
+// uploads go to a URL on berth itself, signed per template and hash,
+// and are kept under <data>/e2b-builds/files.
+//
 // Not supported yet, and what the SDK gets instead (never a hang):
 //
-//   - Template builds and aliases (Template.build, exists, tags, …), secrets
-//     and volume management: 404 {code, message} "… is not supported by
-//     berth's E2B API" (templates come from the templates file or are
-//     snapshot IDs).
+//   - Secrets and volume management: 404 {code, message} "… is not
+//     supported by berth's E2B API".
 //   - Volumes: create's volumeMounts [{name, path}] maps onto berth volume
 //     mounts (read-write; a berth extension readOnly: true mounts
 //     read-only) of the berth volumes with those names, made with `berth

@@ -78,6 +78,11 @@ type Options struct {
 	// Templates maps E2B template IDs to berth image names; nil uses
 	// DefaultTemplates.
 	Templates map[string]string
+	// Builds serves the template build API (Template.build, exists,
+	// tags) over berth's Dockerfile builder, keeping uploaded file sets
+	// in BuildDir; nil (or no BuildDir): those routes answer 404.
+	Builds   TemplateImages
+	BuildDir string
 	// DefaultTimeout is the lifetime of a sandbox created without one
 	// (default 300 s, the SDK's default).
 	DefaultTimeout time.Duration
@@ -115,6 +120,8 @@ type Handler struct {
 	envd     http.Handler
 	// metricHist holds the samples getMetrics took (lifecycle.go).
 	metricHist metricHistory
+	// tpl holds the template builds of this process (templatebuild.go).
+	tpl templateBuilds
 	// weakToken switches the access-token check off (BERTH_TEST_WEAKEN=
 	// e2b-access-token): the negative control of the token tests.
 	weakToken bool
@@ -154,8 +161,8 @@ func New(b Backend, opts Options) *Handler {
 
 // controlPrefixes are the control-plane paths; none collides with the
 // native API (/v1/…) or the console.
-// Template builds, secrets and volumes are E2B routes berth does not serve;
-// they are claimed here so that they answer a clear 404 {code, message}.
+// Secrets and the routes berth does not serve are claimed here so that
+// they answer a clear 404 {code, message}.
 var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates",
 	"/v2/templates", "/v3/templates", "/secrets", "/volumes", "/volumecontent"}
 

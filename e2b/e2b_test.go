@@ -143,7 +143,7 @@ func TestControlPlaneNeedsTheKey(t *testing.T) {
 	if res.StatusCode != 418 { // not an E2B route: the native API answers
 		t.Fatalf("native fallthrough: %d", res.StatusCode)
 	}
-	for _, p := range []string{"/templates/abc/builds/x/status", "/v3/templates", "/secrets", "/volumes/v1"} {
+	for _, p := range []string{"/templates/abc/builds/x/logs", "/v3/templates", "/secrets", "/volumes/v1"} {
 		res = e.control(http.MethodGet, p, "", testKey)
 		if ae := decodeErr(t, res); res.StatusCode != 404 || ae.Code != 404 || !strings.Contains(ae.Message, "not supported") {
 			t.Fatalf("unsupported route %s: %d %+v", p, res.StatusCode, ae)

@@ -46,7 +46,7 @@ func (f *fakeBackend) GetOrCreate(ctx context.Context, req api.CreateSandboxRequ
 	}
 	now := time.Now()
 	sb := api.Sandbox{Name: req.Name, State: api.StateRunning, Labels: maps.Clone(req.Labels), CreatedAt: now, StartedAt: &now,
-		Resources: api.Resources{VCPU: 1, MemoryMiB: 256}, Volumes: req.Volumes}
+		Resources: api.Resources{VCPU: 1, MemoryMiB: 256}, Volumes: req.Volumes, Image: req.Image, Start: req.Start}
 	f.sbs[req.Name] = sb
 	return sb, true, nil
 }

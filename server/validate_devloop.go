@@ -323,14 +323,31 @@ func validateStart(s *api.StartCommand) error {
 	}
 	if r := s.Ready; r != nil {
 		var err error
-		if r.Port != nil {
+		switch {
+		case r.Port != nil:
 			err = validateWaitPort(r.Port)
-		} else {
+		case r.Log != nil:
 			err = validateWaitLog(r.Log)
+		default:
+			err = validateReadyCommand(r.Command)
 		}
 		if err != nil {
 			return errdefs.InvalidArgument("start.ready: %w", err)
 		}
 	}
 	return nil
+}
+
+func validateReadyCommand(c *api.ReadyCommand) error {
+	switch {
+	case strings.TrimSpace(c.Command) == "":
+		return errdefs.InvalidArgument("command is blank")
+	case len(c.Command) > maxCommandBytes:
+		return errdefs.InvalidArgument("command is %d bytes, max %d", len(c.Command), maxCommandBytes)
+	case hasNUL(c.Command) || !utf8.ValidString(c.Command):
+		return errdefs.InvalidArgument("command contains a NUL byte or invalid UTF-8")
+	case c.IntervalMs < 0:
+		return errdefs.InvalidArgument("intervalMs must not be negative")
+	}
+	return validateTimeoutMs("timeoutMs", c.TimeoutMs)
 }

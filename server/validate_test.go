@@ -76,7 +76,7 @@ func TestValidation(t *testing.T) {
 		{"start unknown field", "POST", "/v1/sandboxes", `{"name":"a","start":{"comand":"x"}}`, 400, "comand"},
 		{"start bad cwd", "POST", "/v1/sandboxes", `{"name":"a","start":{"command":"x","cwd":"/a\u0000b"}}`, 400, "start.cwd"},
 		{"start bad env", "POST", "/v1/sandboxes", `{"name":"a","start":{"command":"x","env":{"1x":"y"}}}`, 400, "start.env"},
-		{"start ready two probes", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"port":{"port":80},"log":{"pattern":"x"}}}}`, 400, "exactly one"},
+		{"start ready two probes", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"port":{"port":80},"log":{"pattern":"x"}}}}`, 400, "exactly one of port, log and command"},
 		{"start ready bad port", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"port":{"port":70000}}}}`, 400, "start.ready: port must be"},
 		{"start ready bad regex", "POST", "/v1/sandboxes", `{"name":"a","start":{"image":true,"ready":{"log":{"pattern":"(","regex":true}}}}`, 400, "RE2"},
 	}
