@@ -232,7 +232,9 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if req.Msg.Pty != nil {
 		return s.startPTY(ctx, req, user, send)
 	}
-	cwd := homeDir
+	// No cwd: the agent's default, as envd's: the image's WORKDIR (a
+	// template's setWorkdir) when it has one, else the user's home.
+	cwd := ""
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cwd = resolvePath(*cfg.Cwd)
 	}
