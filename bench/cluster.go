@@ -210,7 +210,10 @@ func RunCluster(ctx context.Context, nodes []*client.Client, single *client.Clie
 		}
 		return sb, d, nil
 	}
-	for i := 0; i < o.N; i++ {
+	// Placement spreads the creates, so N of them may all land away from
+	// the member they were sent to (or all on it): past N, creates go on
+	// (up to 4N) until both figures have a sample.
+	for i := 0; i < o.N || (i < 4*o.N && (len(ttiSame) == 0 || len(ttiCross) == 0)); i++ {
 		v := i % len(nodes)
 		name := fmt.Sprintf("bench-%s-tti-%d", run, i)
 		sb, d, err := tti(nodes[v], name, func() (api.Sandbox, error) { return create(v, name) })
