@@ -88,7 +88,11 @@ func (bd *build) addArchive(ctx context.Context, root int, rel, dest string, _ c
 	defer closeFn()
 	opts := image.UnpackOptions{MaxTotalBytes: bd.b.opts.MaxContextBytes, MaxEntries: 1_000_000}
 	if err := image.Unpack(ctx, tr, dest, opts); err != nil {
-		return errdefs.Wrap(kindOr(err, errdefs.ErrInvalidArgument), err, "hostile or broken archive")
+		// The reason names the archive's own entry and the rule it broke
+		// (the archive is the caller's input); the host's staging path is
+		// not part of it.
+		why := strings.ReplaceAll(err.Error(), dest, "the destination")
+		return errdefs.Wrap(kindOr(err, errdefs.ErrInvalidArgument), err, "hostile or broken archive: %s", why)
 	}
 	return nil
 }

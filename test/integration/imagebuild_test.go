@@ -3,14 +3,20 @@
 package integration
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,5 +201,156 @@ func TestImageBuildHostileCopy(t *testing.T) {
 	sandbox(t, api.CreateSandboxRequest{Name: "it-build-ok", Image: img.Digest})
 	if out := run(t, "it-build-ok", "cat /x; stat -c %a /"); out.Stdout != "in context\n755\n" {
 		t.Fatalf("negative control: got %q", out.Stdout)
+	}
+}
+
+// itTarEnt is one entry of a hostile archive.
+type itTarEnt struct {
+	name, body, link string
+	typ              byte
+}
+
+func itTar(t *testing.T, gz bool, ents ...itTarEnt) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.Writer = &buf
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(&buf)
+		w = zw
+	}
+	tw := tar.NewWriter(w)
+	for _, e := range ents {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Linkname: e.link, Mode: 0o644, ModTime: time.Unix(1700000000, 0)}
+		switch e.typ {
+		case tar.TypeReg:
+			h.Size = int64(len(e.body))
+		case tar.TypeDir:
+			h.Mode = 0o755
+		case tar.TypeChar:
+			h.Devmajor, h.Devminor = 1, 3 // /dev/null's numbers
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// hostState is what an escape would change in the host files a hostile
+// archive aims at: existence, link count (a hard link to /etc/shadow
+// raises it) and whether a file holds a probe's bytes. Not the whole
+// content: the host may rewrite /etc/passwd (useradd) meanwhile.
+func hostState(t *testing.T, paths []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, p := range paths {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			out[p] = "absent"
+			continue
+		}
+		b, _ := os.ReadFile(p)
+		out[p] = fmt.Sprintf("%v nlink=%d probe=%v", fi.Mode().Type(), fi.Sys().(*syscall.Stat_t).Nlink,
+			bytes.Contains(b, []byte("pwned")) || bytes.Contains(b, []byte("evil")) || bytes.Equal(b, []byte("own")))
+	}
+	return out
+}
+
+// ADD of a hostile local tar through the real API, as the daemon (root)
+// runs it: `../` names, an absolute /etc/evil, `link -> /etc` then
+// `link/passwd`, a hard link to /etc/shadow and a device node. Each is
+// either refused naming the line and the entry, or lands inside the
+// image; the host's /etc and the daemon's data dir are untouched. The
+// negative control: a benign tar's file lands where expected (and the
+// contained entries are where the image should have them).
+func TestImageBuildHostileAdd(t *testing.T) {
+	const (
+		reg  = tar.TypeReg
+		sym  = tar.TypeSymlink
+		hard = tar.TypeLink
+	)
+	dir := t.TempDir()
+	files := map[string][]byte{
+		"hostile.tar": itTar(t, false,
+			itTarEnt{name: "/etc/evil", body: "evil", typ: reg},
+			itTarEnt{name: "link", link: "/etc", typ: sym},
+			itTarEnt{name: "link/passwd", body: "pwned", typ: reg},
+			itTarEnt{name: "shadow", link: "/etc/shadow", typ: hard},
+			itTarEnt{name: "null", typ: tar.TypeChar},
+			itTarEnt{name: "../../escape", body: "pwned", typ: reg}),
+		"escape.tar": itTar(t, false, itTarEnt{name: "../../escape", body: "pwned", typ: reg}),
+		"deep.tar":   itTar(t, false, itTarEnt{name: strings.Repeat("../", 16) + "escape", body: "pwned", typ: reg}),
+		"shadow.tar": itTar(t, false, itTarEnt{name: "shadow", link: "/etc/shadow", typ: hard}),
+		"dangle.tar": itTar(t, false, itTarEnt{name: "link", link: "/etc", typ: sym}, itTarEnt{name: "link/passwd", body: "pwned", typ: reg}),
+		"device.tar": itTar(t, false, itTarEnt{name: "null", typ: tar.TypeChar}),
+		"contained.tar.gz": itTar(t, true,
+			itTarEnt{name: "/etc/evil", body: "evil", typ: reg},
+			itTarEnt{name: "link", link: "/etc", typ: sym},
+			itTarEnt{name: "link/passwd", body: "pwned", typ: reg},
+			itTarEnt{name: "etc/shadow", body: "own", typ: reg},
+			itTarEnt{name: "shadow", link: "/etc/shadow", typ: hard}),
+		"benign.tar": itTar(t, false, itTarEnt{name: "dir/", typ: tar.TypeDir}, itTarEnt{name: "dir/file.txt", body: "hello\n", typ: reg}),
+	}
+	for n, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch := []string{"/etc/evil", "/etc/passwd", "/etc/shadow", "/escape", "/passwd", "/shadow",
+		filepath.Join(filepath.Dir(dataDir), "escape"), filepath.Join(dataDir, "escape"),
+		filepath.Join(dataDir, "builds", "escape"), filepath.Join(dataDir, "builds", "tmp", "escape")}
+	host := hostState(t, watch)
+	for _, p := range []string{"/etc/evil", "/escape"} {
+		if host[p] != "absent" {
+			t.Fatalf("the host already has %s: an escape could not be told", p)
+		}
+	}
+	for _, tc := range []struct{ tar, want string }{
+		{"hostile.tar", `line 2: ADD: hostile.tar: hostile or broken archive: unpack "shadow": hardlink target`},
+		{"escape.tar", `line 2: ADD: escape.tar: hostile or broken archive: unpack "../../escape": name escapes the layer root`},
+		{"deep.tar", `name escapes the layer root`},
+		{"shadow.tar", `line 2: ADD: shadow.tar: hostile or broken archive: unpack "shadow": hardlink target`},
+		{"dangle.tar", `line 2: ADD: dangle.tar: hostile or broken archive: unpack "link/passwd"`},
+		{"device.tar", `line 2: ADD: device.tar: hostile or broken archive: unpack "null": device nodes are not allowed`},
+	} {
+		os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM debian-trixie\nADD "+tc.tar+" /dst/\n"), 0o644)
+		_, log, _, err := buildDir(t, d.c, dir, api.BuildRequest{NoCache: true})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("ADD %s: got %v, want an error containing %q\n%s", tc.tar, err, tc.want, strings.Join(log, "\n"))
+		}
+		if got := hostState(t, watch); !reflect.DeepEqual(got, host) {
+			t.Fatalf("ADD %s changed the host:\n got %v\nwant %v", tc.tar, got, host)
+		}
+	}
+
+	df := "FROM debian-trixie\nADD contained.tar.gz /dst/\nADD benign.tar /srv/\n"
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644)
+	img, log, _, err := buildDir(t, d.c, dir, api.BuildRequest{Name: "it-build-add", NoCache: true})
+	if err != nil {
+		t.Fatalf("contained and benign archives: %v\n%s", err, strings.Join(log, "\n"))
+	}
+	t.Cleanup(func() { _ = d.c.RemoveImage(context.Background(), "it-build-add") })
+	if got := hostState(t, watch); !reflect.DeepEqual(got, host) {
+		t.Fatalf("ADD contained.tar.gz changed the host:\n got %v\nwant %v", got, host)
+	}
+	sandbox(t, api.CreateSandboxRequest{Name: "it-build-add", Image: img.Digest})
+	out := run(t, "it-build-add", `cat /srv/dir/file.txt; cat /dst/etc/evil; echo; readlink /dst/link; cat /dst/etc/passwd; echo; `+
+		`cat /dst/shadow; echo; test "$(stat -c %i /dst/shadow)" = "$(stat -c %i /dst/etc/shadow)" && echo same-inode; `+
+		`test -e /etc/evil || echo no-etc-evil; grep -c '^root:' /etc/passwd; find /dst /srv -type c -o -type b | wc -l`)
+	want := "hello\nevil\n/etc\npwned\nown\nsame-inode\nno-etc-evil\n1\n0\n"
+	if out.Stdout != want {
+		t.Fatalf("the image's view of the archives:\n got %q (stderr %q)\nwant %q", out.Stdout, out.Stderr, want)
 	}
 }
