@@ -1,6 +1,7 @@
 package imagebuild
 
 import (
+	"archive/tar"
 	"context"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -110,15 +112,24 @@ func isDirIn(root int, rel string) bool {
 
 func closeFD(fd int) { unix.Close(fd) }
 
+// layerPath is a layer entry's name as a path from the root, without
+// "./", a leading or a trailing slash.
+func layerPath(name string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(name, "./"), "/"), "/")
+}
+
 // excluded reports whether a layer entry is berth's own sandbox plumbing
-// rather than something a RUN step made: the agent's directory and the
+// rather than something a RUN step made: the agent's directory, the
 // mount points of the files berth binds over (/etc/hosts, hostname,
-// resolv.conf, /usr/bin/sudo when the image has no sudo). Writes to
-// those paths land in the bind sources, never in the upper.
+// resolv.conf, /usr/bin/sudo when the image has no sudo; writes to those
+// paths land in the bind sources, never in the upper) and the egress CA
+// file each start writes (egress.InstallCA; its line in the trust bundle
+// is stripped, see isTrustBundle).
 func excluded(name string, size int64) bool {
-	n := strings.TrimPrefix(strings.TrimPrefix(name, "./"), "/")
-	n = strings.TrimSuffix(n, "/")
+	n := layerPath(name)
 	switch {
+	case n == strings.TrimPrefix(egress.CAFileInSandbox, "/"):
+		return true
 	case n == ".berth" || strings.HasPrefix(n, ".berth/"):
 		return true
 	case n == "etc/hosts" || n == "etc/hostname" || n == "etc/resolv.conf":
@@ -127,4 +138,11 @@ func excluded(name string, size int64) bool {
 		return true
 	}
 	return false
+}
+
+// isTrustBundle reports whether a layer entry is the system trust bundle
+// as a regular file StripCA can be given.
+func isTrustBundle(hdr *tar.Header) bool {
+	return hdr.Typeflag == tar.TypeReg && hdr.Size <= egress.MaxBundleBytes &&
+		layerPath(hdr.Name) == strings.TrimPrefix(egress.BundleInSandbox, "/")
 }

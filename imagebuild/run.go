@@ -14,6 +14,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -144,6 +145,25 @@ func (bd *build) storeSnapshot(ctx context.Context, id string) (image.Layer, err
 				return err
 			}
 			if excluded(hdr.Name, hdr.Size) {
+				continue
+			}
+			if isTrustBundle(hdr) {
+				// The egress CA each start appended goes; what the step
+				// itself put in the bundle stays.
+				b, err := io.ReadAll(tr)
+				if err != nil {
+					return err
+				}
+				if s, removed := egress.StripCA(b); removed {
+					b = s
+					hdr.Size = int64(len(b))
+				}
+				if err := tw.WriteHeader(hdr); err != nil {
+					return err
+				}
+				if _, err := tw.Write(b); err != nil {
+					return err
+				}
 				continue
 			}
 			if err := tw.WriteHeader(hdr); err != nil {

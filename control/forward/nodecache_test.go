@@ -46,7 +46,9 @@ func (c *cluster) entryAt(at string, cfg forward.Config) *countingNodes {
 // every request.
 func TestNodeEntryCached(t *testing.T) {
 	c := newCluster(t, "n1", "n2", "n3")
-	cn := c.entryAt("n1", forward.Config{Staleness: time.Hour, NodeCacheAge: time.Hour})
+	// The owner cache too is an hour, not its 2 s default, so that it
+	// holds between these requests on a loaded machine.
+	cn := c.entryAt("n1", forward.Config{Staleness: time.Hour, NodeCacheAge: time.Hour, OwnerCacheAge: time.Hour})
 	url := c.nodes["n1"].user.URL + "/sb/a"
 	get := func() (int, seen) {
 		t.Helper()
@@ -86,14 +88,20 @@ func TestNodeEntryCached(t *testing.T) {
 	if code, _ := get(); code != http.StatusServiceUnavailable {
 		t.Fatalf("n2 gone: status %d, want 503", code)
 	}
+	// The failed request may have read n2's entry again before it
+	// answered 503 (when the owner cache routed its first try, whose
+	// failure reroutes it), or not (CI saw both): what counts is that it
+	// dropped the entry, so the next request reads the new address.
+	failed := cn.gets.Load()
+	if failed != 2 && failed != 3 {
+		t.Fatalf("node entries read %d times after the failed request, want 2 or 3", failed)
+	}
 	n2b := c.add("n2", forward.Config{})
 	if _, s := get(); s.Node != "n2" || n2b.served.Load() != 1 {
 		t.Fatalf("n2 back at a new address: served by %+v (its new listener served %d), want n2", s, n2b.served.Load())
 	}
-	if g := cn.gets.Load(); g != 4 {
-		// The failed request read n2's entry again before it answered
-		// 503; the next one read the new address.
-		t.Fatalf("node entries read %d times, want 4", g)
+	if g := cn.gets.Load(); g != failed+1 {
+		t.Fatalf("node entries read %d times, want %d: the request after the failure reads the entry again", g, failed+1)
 	}
 
 	// Negative control: without the cache every request reads the entry.

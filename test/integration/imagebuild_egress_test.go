@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/egress"
 	"github.com/berth-sh/berth/image"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -158,7 +159,14 @@ func TestImageBuildSecretInjection(t *testing.T) {
 	if err := json.Unmarshal(mb, &m); err != nil || len(m.Layers) < 2 {
 		t.Fatalf("manifest of %s: %v (%d layers)", img.Digest, err, len(m.Layers))
 	}
-	pats := map[string]string{"secret": w.secret, "canary": canary}
+	// The daemon's egress CA: a line of its PEM body (no layer may carry
+	// it; each start installs it again).
+	caPEM, err := os.ReadFile(filepath.Join(ed.data, "egress", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caLine := strings.Split(strings.TrimSpace(string(caPEM)), "\n")[1]
+	pats := map[string]string{"secret": w.secret, "canary": canary, "egress-ca": caLine}
 	var total int64
 	var files []string
 	root := filepath.Join(ed.data, "images", "blobs", "sha256")
@@ -191,13 +199,21 @@ func TestImageBuildSecretInjection(t *testing.T) {
 			filepath.Base(last), m.Layers[len(m.Layers)-1].MediaType)
 	}
 	t.Logf("scanned %d blobs, %d MiB decompressed; canary in the RUN's layer, secret in none", len(files), total>>20)
-	// What else the step's layer holds beside /out (logged, not asserted:
-	// berth's egress CA, written into every sandbox's upper at start, is
-	// expected here).
+	// berth's egress CA, written into the build sandbox's upper at its
+	// start (the CA file, and a line in the trust bundle), is not in the
+	// RUN's layer: the built image does not trust this deployment's proxy
+	// wherever it runs. The negative control is below: a sandbox from the
+	// image has it again, found by the same line.
+	if inBlob[last]["egress-ca"] {
+		t.Errorf("the RUN's layer %s holds berth's egress CA", filepath.Base(last))
+	}
 	var other []string
 	for _, n := range layerEntries(t, last) {
 		if n != "out" && !strings.HasPrefix(n, "out/") {
 			other = append(other, n)
+		}
+		if n == strings.TrimPrefix(egress.CAFileInSandbox, "/") {
+			t.Errorf("the RUN's layer holds %s", egress.CAFileInSandbox)
 		}
 	}
 	t.Logf("the RUN's layer holds, beside /out: %v", other)
@@ -211,6 +227,9 @@ func TestImageBuildSecretInjection(t *testing.T) {
 	out := egRun(t, ed, sb, "cat /out/canary.txt /out/resp.txt; grep -c '> GET /build' /out/curl-verbose.txt")
 	if !strings.Contains(out, canary) || !strings.Contains(out, "auth=match") || !strings.Contains(out, "1\n") {
 		t.Fatalf("the built image lacks the step's files: %q", out)
+	}
+	if n := egRun(t, ed, sb, "grep -c -F '"+caLine+"' "+egress.BundleInSandbox); strings.TrimSpace(n) != "1" {
+		t.Fatalf("negative control: a sandbox from the image should trust the egress CA once (its start installs it), grep -c says %q", n)
 	}
 }
 
