@@ -301,13 +301,8 @@ func validateStart(s *api.StartCommand) error {
 		return err
 	}
 	if !s.Image {
-		switch {
-		case strings.TrimSpace(s.Command) == "":
-			return errdefs.InvalidArgument("start.command is blank")
-		case len(s.Command) > maxCommandBytes:
-			return errdefs.InvalidArgument("start.command is %d bytes, max %d", len(s.Command), maxCommandBytes)
-		case hasNUL(s.Command) || !utf8.ValidString(s.Command):
-			return errdefs.InvalidArgument("start.command contains a NUL byte or invalid UTF-8")
+		if err := validateShellCommand("start.command", s.Command); err != nil {
+			return err
 		}
 	}
 	if s.Cwd != "" {
@@ -339,15 +334,25 @@ func validateStart(s *api.StartCommand) error {
 }
 
 func validateReadyCommand(c *api.ReadyCommand) error {
-	switch {
-	case strings.TrimSpace(c.Command) == "":
-		return errdefs.InvalidArgument("command is blank")
-	case len(c.Command) > maxCommandBytes:
-		return errdefs.InvalidArgument("command is %d bytes, max %d", len(c.Command), maxCommandBytes)
-	case hasNUL(c.Command) || !utf8.ValidString(c.Command):
-		return errdefs.InvalidArgument("command contains a NUL byte or invalid UTF-8")
-	case c.IntervalMs < 0:
+	if err := validateShellCommand("command", c.Command); err != nil {
+		return err
+	}
+	if c.IntervalMs < 0 {
 		return errdefs.InvalidArgument("intervalMs must not be negative")
 	}
 	return validateTimeoutMs("timeoutMs", c.TimeoutMs)
+}
+
+// validateShellCommand checks a command run with /bin/sh -c: not blank,
+// bounded, no NUL, valid UTF-8.
+func validateShellCommand(field, c string) error {
+	switch {
+	case strings.TrimSpace(c) == "":
+		return errdefs.InvalidArgument("%s is blank", field)
+	case len(c) > maxCommandBytes:
+		return errdefs.InvalidArgument("%s is %d bytes, max %d", field, len(c), maxCommandBytes)
+	case hasNUL(c) || !utf8.ValidString(c):
+		return errdefs.InvalidArgument("%s contains a NUL byte or invalid UTF-8", field)
+	}
+	return nil
 }
