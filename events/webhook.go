@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -138,6 +139,15 @@ type Webhook struct {
 	Now func() time.Time
 }
 
+// logURL is the URL as logs show it: without its query, which may hold a
+// token.
+func (w *Webhook) logURL() string {
+	if i := strings.IndexByte(w.URL, '?'); i >= 0 {
+		return w.URL[:i] + "?…"
+	}
+	return w.URL
+}
+
 func (w *Webhook) logf(format string, args ...any) {
 	if w.Logf != nil {
 		w.Logf(format, args...)
@@ -190,7 +200,7 @@ func (w *Webhook) Run(ctx context.Context) error {
 			cur = c
 			break
 		}
-		w.logf("webhook %s: cursor: %v", w.URL, err)
+		w.logf("webhook %s: cursor: %v", w.logURL(), err)
 		if !sleepCtx(ctx, poll*4) {
 			return ctx.Err()
 		}
@@ -201,24 +211,24 @@ func (w *Webhook) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			w.logf("webhook %s: read journal: %v", w.URL, err)
+			w.logf("webhook %s: read journal: %v", w.logURL(), err)
 		}
 		for _, ev := range evs {
 			if err := w.deliverWithRetry(ctx, ev); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err() // the cursor stays before ev: redelivered after a restart
 				}
-				w.logf("webhook %s: event %s (%s %s) dropped: %v", w.URL, ev.ID, ev.Type, ev.Sandbox, err)
+				w.logf("webhook %s: event %s (%s %s) dropped: %v", w.logURL(), ev.ID, ev.Type, ev.Sandbox, err)
 			}
 			seq, _ := strconv.ParseInt(ev.ID, 10, 64)
 			if err := w.writeCursor(seq); err != nil {
-				w.logf("webhook %s: write cursor: %v", w.URL, err)
+				w.logf("webhook %s: write cursor: %v", w.logURL(), err)
 			}
 		}
 		if next != cur {
 			cur = next
 			if err := w.writeCursor(cur); err != nil {
-				w.logf("webhook %s: write cursor: %v", w.URL, err)
+				w.logf("webhook %s: write cursor: %v", w.logURL(), err)
 			}
 		}
 		if len(evs) == 0 && !sleepCtx(ctx, poll) {
@@ -260,7 +270,7 @@ func (w *Webhook) deliverWithRetry(ctx context.Context, ev api.Event) error {
 		if err = w.deliver(ctx, ev); err == nil {
 			return nil
 		}
-		w.logf("webhook %s: event %s, try %d of %d: %v", w.URL, ev.ID, i+1, tries, err)
+		w.logf("webhook %s: event %s, try %d of %d: %v", w.logURL(), ev.ID, i+1, tries, err)
 	}
 	return err
 }
@@ -297,6 +307,10 @@ func (w *Webhook) deliver(ctx context.Context, ev api.Event) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = w.logURL() // its query may hold a token; errors are logged
+		}
 		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
