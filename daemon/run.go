@@ -301,6 +301,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Lifecycle events: GET /v1/events and the operator's webhooks read
 	// the journal through one feed (package events).
 	feed := events.NewFeed(st)
+	go func() { <-ctx.Done(); feed.Stop() }()
 	startWebhooks(ctx, cfg.Webhooks, webhookSecret, cfg.DataDir, feed, logf)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

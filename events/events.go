@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/api"
@@ -91,7 +92,19 @@ type Feed struct {
 
 	mu      sync.Mutex
 	tenants map[string]tenantOf // the last record seen of each name
+
+	head     atomic.Int64 // the newest seq read so far (Head pages from it)
+	stopOnce sync.Once
+	done     chan struct{}
 }
+
+// Stop tells the feed's readers to end (Done is closed): the daemon stops
+// it when it shuts down, so open event streams end instead of holding the
+// HTTP server's graceful shutdown until its timeout.
+func (f *Feed) Stop() { f.stopOnce.Do(func() { close(f.done) }) }
+
+// Done is closed by Stop.
+func (f *Feed) Done() <-chan struct{} { return f.done }
 
 type tenantOf struct {
 	tenant  string
@@ -104,7 +117,7 @@ const maxTenantCache = 100000
 
 // NewFeed returns a feed over src.
 func NewFeed(src Source) *Feed {
-	return &Feed{src: src, GapGrace: DefaultGapGrace, tenants: map[string]tenantOf{}}
+	return &Feed{src: src, GapGrace: DefaultGapGrace, tenants: map[string]tenantOf{}, done: make(chan struct{})}
 }
 
 func (f *Feed) now() time.Time {
@@ -132,6 +145,7 @@ func (f *Feed) After(ctx context.Context, after int64, limit int) (evs []api.Eve
 			break // a hole that may still fill: wait for it
 		}
 		next = e.Seq
+		f.seen(e.Seq)
 		ev, ok := Map(e)
 		if !ok {
 			continue
@@ -144,17 +158,30 @@ func (f *Feed) After(ctx context.Context, after int64, limit int) (evs []api.Eve
 
 // Head returns the seq of the newest entry (0 for an empty journal): where
 // a reader without a cursor starts to see only what comes next.
+// It pages from the newest seq this feed has seen, so only the first call
+// reads the whole journal.
 func (f *Feed) Head(ctx context.Context) (int64, error) {
-	var head int64
+	head := f.head.Load()
 	for {
 		ents, err := f.src.JournalAfter(ctx, head, 5000)
 		if err != nil {
 			return 0, err
 		}
 		if len(ents) == 0 {
+			f.seen(head)
 			return head, nil
 		}
 		head = ents[len(ents)-1].Seq
+	}
+}
+
+// seen records seq as read, for Head.
+func (f *Feed) seen(seq int64) {
+	for {
+		h := f.head.Load()
+		if seq <= h || f.head.CompareAndSwap(h, seq) {
+			return
+		}
 	}
 }
 

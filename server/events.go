@@ -20,6 +20,9 @@ type Events interface {
 	After(ctx context.Context, after int64, limit int) ([]api.Event, int64, error)
 	// Head is the newest journal seq.
 	Head(ctx context.Context) (int64, error)
+	// Done is closed when the feed stops (the daemon shuts down): open
+	// streams end.
+	Done() <-chan struct{}
 }
 
 // defaultEventPoll is how often GET /v1/events reads the journal.
@@ -103,6 +106,8 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-s.opts.Events.Done():
 			return nil
 		case <-t.C:
 		}

@@ -210,3 +210,26 @@ func TestEventsWithoutFeed(t *testing.T) {
 		t.Fatalf("no feed: %d %s", r.status, r.body)
 	}
 }
+
+func TestEventsStreamEndsWhenFeedStops(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	feed := events.NewFeed(st)
+	s := newServer(newFake(), Options{APIKey: testKey, Logf: t.Logf, Events: feed})
+	s.eventPoll = 5 * time.Millisecond
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	c := openEvents(t, ts, "/v1/events", testKey)
+	feed.Stop()
+	select {
+	case _, ok := <-c:
+		if ok {
+			t.Fatal("an event after Stop")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream did not end after the feed stopped")
+	}
+}
