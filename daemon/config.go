@@ -12,6 +12,8 @@ type Config struct {
 	Listen string // 127.0.0.1:7070
 	// Metrics configures /metrics and the usage sampler (metrics.go).
 	Metrics MetricsConfig
+	// Webhooks are the operator's lifecycle webhooks (webhooks.go).
+	Webhooks WebhookConfig
 	// PreviewListen serves preview URLs; PreviewHost is the public host
 	// they end in (default: "localhost:<port of PreviewListen>").
 	PreviewListen string // 127.0.0.1:7080

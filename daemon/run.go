@@ -28,6 +28,7 @@ import (
 	"github.com/berth-sh/berth/controller"
 	"github.com/berth-sh/berth/durable"
 	"github.com/berth-sh/berth/e2b"
+	"github.com/berth-sh/berth/events"
 	"github.com/berth-sh/berth/imagebuild"
 	"github.com/berth-sh/berth/internal/weaken"
 	"github.com/berth-sh/berth/metering"
@@ -216,6 +217,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	webhookSecret, err := cfg.Webhooks.load()
+	if err != nil {
+		return err
+	}
 	reg := newRegistry(st, func() *localNode { return host })
 	if cfg.Metrics.Listen != "" {
 		addr, err := serveMetricsListener(ctx, cfg.Metrics.Listen, reg, logf)
@@ -293,6 +298,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	go objects.Run(ctx)
 	go pruneJournal(ctx, st, cfg.JournalRetention, logf)
+	// Lifecycle events: GET /v1/events and the operator's webhooks read
+	// the journal through one feed (package events).
+	feed := events.NewFeed(st)
+	go func() { <-ctx.Done(); feed.Stop() }()
+	startWebhooks(ctx, cfg.Webhooks, webhookSecret, cfg.DataDir, feed, logf)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -327,7 +337,7 @@ func Run(ctx context.Context, cfg Config) error {
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
 	var (
 		loop  atomic.Pointer[membership.Loop] // set once the first heartbeat went out
-		faces = e2bh.Wrap(metrics.Mount(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Volumes: host.vols, Usage: usage, Builds: builds})), reg.Handler(metricsToken)))
+		faces = e2bh.Wrap(metrics.Mount(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Volumes: host.vols, Usage: usage, Builds: builds, Events: feed})), reg.Handler(metricsToken)))
 		pface = http.Handler(prox)
 	)
 	if cw != nil {

@@ -71,6 +71,9 @@ type Options struct {
 	// Volumes serves /v1/volumes (volumes.go); nil: those routes answer
 	// 409 (failed precondition).
 	Volumes Volumes
+	// Events is the lifecycle event feed (GET /v1/events, events.go);
+	// nil: that route answers 409 (failed precondition).
+	Events Events
 }
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request) error
@@ -163,6 +166,8 @@ var routes = []route{
 	// Usage and metering: usage.go.
 	{"GET", "/v1/sandboxes/{name}/metrics", (*server).sandboxMetrics},
 	{"GET", "/v1/usage", (*server).usage},
+	// Lifecycle events: events.go.
+	{"GET", "/v1/events", (*server).streamEvents},
 	{"GET", "/v1/nodes/{node}", (*server).getNode},
 	{"POST", "/v1/nodes/{node}/drain", (*server).drainNode},
 	{"POST", "/v1/nodes/{node}/undrain", (*server).undrainNode},
@@ -182,6 +187,7 @@ type server struct {
 	keyHash      [sha256.Size]byte
 	hasKey       bool
 	pingInterval time.Duration
+	eventPoll    time.Duration // GET /v1/events' journal poll; 0 is defaultEventPoll
 }
 
 // New returns the API handler. Wrap it in NewHTTPServer (or an equivalent

@@ -105,6 +105,39 @@ func (s *sseStream) event(name string, v any) error {
 	return s.writeLocked()
 }
 
+// eventWithID sends one non-terminal event with an SSE id (what a
+// reconnecting client sends back as Last-Event-ID).
+func (s *sseStream) eventWithID(id, name string, v any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errStreamClosed
+	}
+	if strings.ContainsAny(id, "\r\n") || strings.ContainsAny(name, "\r\n") {
+		return errStreamClosed // never: ids are numbers, names constants
+	}
+	s.buf.WriteString("id: ")
+	s.buf.WriteString(id)
+	s.buf.WriteString("\n")
+	if err := s.appendEventLocked(name, v); err != nil {
+		return err
+	}
+	return s.writeLocked()
+}
+
+// comment sends an SSE comment line (and commits the stream's headers).
+func (s *sseStream) comment(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.buf.WriteString(": ")
+	s.buf.WriteString(strings.ReplaceAll(strings.ReplaceAll(text, "\r", " "), "\n", " "))
+	s.buf.WriteString("\n\n")
+	_ = s.writeLocked()
+}
+
 // ping sends a comment so idle streams survive proxies and clients can tell
 // a slow command from a dead connection.
 func (s *sseStream) ping() {

@@ -151,6 +151,11 @@ type Store interface {
 	Append(ctx context.Context, e JournalEntry) error
 	// Journal returns the entries for one sandbox, oldest first.
 	Journal(ctx context.Context, sandbox string) ([]JournalEntry, error)
+	// JournalAfter returns up to limit entries of every stream whose Seq
+	// is greater than afterSeq, oldest (lowest Seq) first: the feed that
+	// lifecycle events and webhooks read (package events). limit <= 0
+	// means a default of 1000.
+	JournalAfter(ctx context.Context, afterSeq int64, limit int) ([]JournalEntry, error)
 	Artifacts
 	Objects
 	Ops

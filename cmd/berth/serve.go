@@ -160,6 +160,8 @@ Examples:
 	f.StringVar(&cfg.Metrics.Listen, "metrics-listen", "", "address serving GET /metrics without authentication (keep it private: a loopback or a scrape network)")
 	f.DurationVar(&cfg.Metrics.History, "metrics-history", 15*time.Minute, "per-sandbox usage history kept in memory (a sample every --metrics-interval)")
 	f.DurationVar(&cfg.Metrics.Interval, "metrics-interval", 5*time.Second, "time between usage samples of every running sandbox (cgroups, veth, disk quota)")
+	f.StringArrayVar(&cfg.Webhooks.URLs, "webhook", nil, "http(s) URL that receives every lifecycle event as a signed JSON POST (repeatable; needs --webhook-secret-file); retried with backoff, in order, at least once; the cursor is kept under the data dir")
+	f.StringVar(&cfg.Webhooks.SecretFile, "webhook-secret-file", "", "file holding the HMAC secret (16+ characters) that signs webhook deliveries (Berth-Signature: t=<unix>,v1=<hex HMAC-SHA256 of \"t.body\">)")
 	f.BoolVar(&cfg.Metrics.NoUsage, "no-usage", false, "turn the usage sampler off: no per-sandbox metrics, usage records or traffic activity")
 	return cmd
 }

@@ -419,6 +419,11 @@ func (m *Manager) stopCompute(ctx context.Context, a *actor) error {
 		}
 	}
 	if m.cfg.Runtime.OOMKilled(id) {
+		if !a.rec.OOMKilled {
+			// The lifecycle event sandbox.oom-killed (package events):
+			// seen when the run ends, once per run.
+			m.journal(ctx, a.name, "oom-killed", id+": the kernel's OOM killer ended a process of this run")
+		}
 		a.rec.OOMKilled = true
 	}
 	if m.cfg.Egress != nil {

@@ -325,6 +325,33 @@ func (s *Store) Append(ctx context.Context, e store.JournalEntry) error {
 	return nil
 }
 
+func (s *Store) JournalAfter(ctx context.Context, afterSeq int64, limit int) ([]store.JournalEntry, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var out []store.JournalEntry
+	err := s.retry(ctx, func() error {
+		out = nil
+		rows, err := s.pool.Query(ctx, `SELECT `+journalCols+` FROM journal WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := scanJournal(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fail(ctx, err, "read journal")
+	}
+	return out, nil
+}
+
 func (s *Store) Journal(ctx context.Context, sandbox string) ([]store.JournalEntry, error) {
 	var out []store.JournalEntry
 	err := s.retry(ctx, func() error {

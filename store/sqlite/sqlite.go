@@ -174,6 +174,26 @@ func (s *Store) Append(ctx context.Context, e store.JournalEntry) error {
 	return nil
 }
 
+func (s *Store) JournalAfter(ctx context.Context, afterSeq int64, limit int) ([]store.JournalEntry, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+journalCols+` FROM journal WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read journal after %d: %w", afterSeq, err)
+	}
+	defer rows.Close()
+	var out []store.JournalEntry
+	for rows.Next() {
+		e, err := scanJournal(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
 func (s *Store) Journal(ctx context.Context, sandbox string) ([]store.JournalEntry, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+journalCols+` FROM journal WHERE sandbox = ? ORDER BY seq`, sandbox)
 	if err != nil {

@@ -100,6 +100,50 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Fatalf("journal: %v %+v", err, j)
 		}
 	})
+	t.Run("JournalAfter", func(t *testing.T) {
+		s := open(t)
+		if got, err := s.JournalAfter(ctx, 0, 10); err != nil || len(got) != 0 {
+			t.Fatalf("empty journal: %v %+v", err, got)
+		}
+		// Two streams interleaved, one entry through Begin (an op record).
+		for i, e := range []store.JournalEntry{
+			{Sandbox: "a", Op: "create"}, {Sandbox: "b", Op: "create"}, {Sandbox: "a", Op: "start"},
+			{Sandbox: "b", Op: "destroy"}, {Sandbox: "a", Op: "sleep"},
+		} {
+			if i == 2 {
+				if _, err := s.Begin(ctx, store.JournalEntry{Sandbox: e.Sandbox, Op: e.Op, Status: store.OpDone, Finished: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err := s.Append(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all, err := s.JournalAfter(ctx, 0, 0)
+		if err != nil || len(all) != 5 {
+			t.Fatalf("all: %v %+v", err, all)
+		}
+		want := []string{"a/create", "b/create", "a/start", "b/destroy", "a/sleep"}
+		for i, e := range all {
+			if got := e.Sandbox + "/" + e.Op; got != want[i] {
+				t.Fatalf("entry %d: %s, want %s (%+v)", i, got, want[i], all)
+			}
+			if i > 0 && e.Seq <= all[i-1].Seq {
+				t.Fatalf("not oldest first: %+v", all)
+			}
+		}
+		if all[2].Status != store.OpDone {
+			t.Fatalf("Begin's status lost: %+v", all[2])
+		}
+		page, err := s.JournalAfter(ctx, all[1].Seq, 2)
+		if err != nil || len(page) != 2 || page[0].Seq != all[2].Seq || page[1].Seq != all[3].Seq {
+			t.Fatalf("page after %d: %v %+v", all[1].Seq, err, page)
+		}
+		if rest, err := s.JournalAfter(ctx, all[4].Seq, 10); err != nil || len(rest) != 0 {
+			t.Fatalf("after the last: %v %+v", err, rest)
+		}
+	})
 	t.Run("ConcurrentWriters", func(t *testing.T) {
 		s := open(t)
 		if _, err := s.Put(ctx, store.Sandbox{Name: "c", State: api.StateRunning}); err != nil {
