@@ -16,20 +16,20 @@ import (
 
 // opTypes names the journal ops that are lifecycle events. The ops are
 // node/local's (m.journal) and the cluster's (daemon: move, takeover are
-// not events).
+// not events). A start command that could not start (start-command-
+// failed) is not one either: the sandbox runs, and its journal says why.
 var opTypes = map[string]string{
-	"create":               api.EventCreated,
-	"start":                api.EventStarted,
-	"wake":                 api.EventWoke,
-	"sleep":                api.EventSlept,
-	"snapshot":             api.EventSnapshotted,
-	"fork":                 api.EventForked,
-	"destroy":              api.EventDestroyed,
-	"create-failed":        api.EventFailed,
-	"start-failed":         api.EventFailed,
-	"start-command-failed": api.EventFailed,
-	"compute-lost":         api.EventFailed,
-	"oom-killed":           api.EventOOMKilled,
+	"create":        api.EventCreated,
+	"start":         api.EventStarted,
+	"wake":          api.EventWoke,
+	"sleep":         api.EventSlept,
+	"snapshot":      api.EventSnapshotted,
+	"fork":          api.EventForked,
+	"destroy":       api.EventDestroyed,
+	"create-failed": api.EventFailed,
+	"start-failed":  api.EventFailed,
+	"compute-lost":  api.EventFailed,
+	"oom-killed":    api.EventOOMKilled,
 }
 
 // apiRecord reports whether e is the API's record of a call

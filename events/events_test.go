@@ -26,7 +26,6 @@ func TestMap(t *testing.T) {
 		{store.JournalEntry{Op: "destroy"}, api.EventDestroyed},
 		{store.JournalEntry{Op: "create-failed"}, api.EventFailed},
 		{store.JournalEntry{Op: "start-failed"}, api.EventFailed},
-		{store.JournalEntry{Op: "start-command-failed"}, api.EventFailed},
 		{store.JournalEntry{Op: "compute-lost"}, api.EventFailed},
 		{store.JournalEntry{Op: "oom-killed"}, api.EventOOMKilled},
 		{store.JournalEntry{Op: "reconcile", Detail: "compute lost while running"}, api.EventFailed},
@@ -34,6 +33,7 @@ func TestMap(t *testing.T) {
 		{store.JournalEntry{Op: "reconcile", Detail: "something else"}, ""},
 		{store.JournalEntry{Op: "expose-port", Detail: "8080"}, ""},
 		{store.JournalEntry{Op: "adopt"}, ""},
+		{store.JournalEntry{Op: "start-command-failed"}, ""}, // the sandbox runs
 		{store.JournalEntry{Op: "exec", Detail: "POST /v1/sandboxes/a/exec"}, ""},
 		{store.JournalEntry{Op: "destroy", Detail: "DELETE /v1/sandboxes/a"}, ""},
 		{store.JournalEntry{Op: "create", Detail: "POST /v1/sandboxes body-sha256:00"}, ""},
