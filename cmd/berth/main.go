@@ -145,6 +145,7 @@ Quick start:
 		a.egressCmd(),
 		a.secretCmd(),
 		a.journalCmd(),
+		a.eventsCmd(),
 		a.policyCmd(),
 		a.callCmd(),
 		a.nodeCmd(),
