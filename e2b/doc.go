@@ -40,7 +40,9 @@
 // build records (status and logs) live in memory, so a build in
 // flight when berth stops is lost (its finished images are not);
 // uploads go to a URL on berth itself, signed per template and hash,
-// and are kept under <data>/e2b-builds/files.
+// and are kept under <data>/e2b-builds/files. A tenant's templates are
+// its own: its images are "e2b-t<hash of the tenant>.<name>:<tag>", which
+// no other key resolves, tags or deletes.
 //
 // Not supported yet, and what the SDK gets instead (never a hang):
 //

@@ -112,11 +112,24 @@ func splitTemplate(s string) (name, tag string, err error) {
 // defaultTag is the tag of a build that names none.
 const defaultTag = "latest"
 
-func tplImage(name, tag string) string {
+// tplPrefix is the image name prefix of tenant's template name: the
+// operator's templates are "e2b-<name>:", a tenant's
+// "e2b-t<12 hex of sha256(tenant)>.<name>:" (tenant names may hold '/',
+// which image names cannot), so one tenant neither sees nor replaces nor
+// deletes another's templates.
+func tplPrefix(tenant, name string) string {
+	if tenant == "" {
+		return tplImagePrefix + name + ":"
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	return tplImagePrefix + "t" + hex.EncodeToString(sum[:6]) + "." + name + ":"
+}
+
+func tplImage(tenant, name, tag string) string {
 	if tag == "" {
 		tag = defaultTag
 	}
-	return tplImagePrefix + name + ":" + tag
+	return tplPrefix(tenant, name) + tag
 }
 
 func newBuildID() string {
@@ -386,14 +399,15 @@ func (h *Handler) templateImage(ctx context.Context, name, tag string) (api.Imag
 	if err != nil {
 		return api.Image{}, false, err
 	}
-	want := tplImage(name, tag)
+	tenant := policy.TenantFrom(ctx)
+	want := tplImage(tenant, name, tag)
 	var newest api.Image
 	found := false
 	for _, img := range imgs {
 		if img.Name == want {
 			return img, true, nil
 		}
-		if tag == "" && strings.HasPrefix(img.Name, tplImagePrefix+name+":") && (!found || img.CreatedAt.After(newest.CreatedAt)) {
+		if tag == "" && strings.HasPrefix(img.Name, tplPrefix(tenant, name)) && (!found || img.CreatedAt.After(newest.CreatedAt)) {
 			newest, found = img, true
 		}
 	}
@@ -415,7 +429,7 @@ func (h *Handler) runTemplateBuild(ctx context.Context, b *tplBuild, dockerfile 
 	go func() {
 		pw.CloseWithError(writeTemplateContext(pw, dockerfile, files, func(hash string) string { return h.uploadPath(b.template, hash) }))
 	}()
-	req := api.BuildRequest{Name: tplImage(b.template, b.tags[0]), NoCache: force}
+	req := api.BuildRequest{Name: tplImage(b.tenant, b.template, b.tags[0]), NoCache: force}
 	h.logBuild(b, "info", fmt.Sprintf("Building template %s (berth image %s)", b.template, req.Name))
 	h.logBuild(b, "debug", "The recipe as berth builds it (line numbers in errors refer to it):\n"+dockerfile)
 	img, err := h.opts.Builds.BuildImage(ctx, req, pr, func(p api.Progress) {
@@ -428,7 +442,7 @@ func (h *Handler) runTemplateBuild(ctx context.Context, b *tplBuild, dockerfile 
 		if err != nil {
 			break
 		}
-		err = h.opts.Builds.TagImage(ctx, tplImage(b.template, t), img.Digest)
+		err = h.opts.Builds.TagImage(ctx, tplImage(b.tenant, b.template, t), img.Digest)
 	}
 	h.tpl.mu.Lock()
 	defer h.tpl.mu.Unlock()
@@ -515,7 +529,7 @@ func (h *Handler) templateTags(w http.ResponseWriter, r *http.Request, templateI
 		CreatedAt time.Time `json:"createdAt"`
 	}
 	out := []tagBody{}
-	prefix := tplImagePrefix + templateID + ":"
+	prefix := tplPrefix(policy.TenantFrom(r.Context()), templateID)
 	for _, img := range imgs {
 		if t, ok := strings.CutPrefix(img.Name, prefix); ok {
 			out = append(out, tagBody{Tag: t, BuildID: img.Labels[labelTplBuild], CreatedAt: img.CreatedAt})
@@ -561,7 +575,7 @@ func (h *Handler) assignTags(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	for _, t := range body.Tags {
-		if err := h.opts.Builds.TagImage(r.Context(), tplImage(name, t), img.Digest); err != nil {
+		if err := h.opts.Builds.TagImage(r.Context(), tplImage(policy.TenantFrom(r.Context()), name, t), img.Digest); err != nil {
 			return err
 		}
 	}
@@ -589,7 +603,7 @@ func (h *Handler) removeTags(w http.ResponseWriter, r *http.Request) error {
 		if !tplTagRE.MatchString(t) {
 			return errdefs.InvalidArgument("invalid template tag %q", t)
 		}
-		if err := h.opts.Builds.RemoveImage(r.Context(), tplImage(name, t)); err != nil {
+		if err := h.opts.Builds.RemoveImage(r.Context(), tplImage(policy.TenantFrom(r.Context()), name, t)); err != nil {
 			return err
 		}
 	}
@@ -608,7 +622,7 @@ func (h *Handler) deleteTemplate(ctx context.Context, templateID string) (bool, 
 		return false, err
 	}
 	found := false
-	prefix := tplImagePrefix + templateID + ":"
+	prefix := tplPrefix(policy.TenantFrom(ctx), templateID)
 	for _, img := range imgs {
 		if strings.HasPrefix(img.Name, prefix) {
 			found = true

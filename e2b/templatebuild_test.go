@@ -95,6 +95,18 @@ func (f *fakeImages) RemoveImage(_ context.Context, ref string) error {
 	return nil
 }
 
+// names lists the images' names (under the lock: builds run in their own
+// goroutines).
+func (f *fakeImages) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for n := range f.imgs {
+		out = append(out, n)
+	}
+	return out
+}
+
 func tplServer(t *testing.T) (*fakeImages, *fakeBackend, string) {
 	fb, _ := newFake(t)
 	fi := &fakeImages{imgs: map[string]api.Image{}, contexts: map[string]map[string]string{}}
@@ -194,7 +206,10 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if len(status.LogEntries) < 2 {
 		t.Fatalf("log entries: %+v", status.LogEntries)
 	}
+	fi.mu.Lock()
 	ctx := fi.contexts["e2b-my-app:v1"]
+	_, stable := fi.imgs["e2b-my-app:stable"]
+	fi.mu.Unlock()
 	df := ctx["Dockerfile"]
 	for _, want := range []string{
 		"FROM debian-trixie\nUSER user\n",
@@ -210,8 +225,8 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if ctx["files/"+hash+"/app/main.py"] != "print('hi')\n" {
 		t.Fatalf("context files: %v", ctx)
 	}
-	if _, ok := fi.imgs["e2b-my-app:stable"]; !ok {
-		t.Fatalf("the stable tag was not given: %v", fi.imgs)
+	if !stable {
+		t.Fatalf("the stable tag was not given: %v", fi.names())
 	}
 	if st := call(t, "GET", base+"/templates/aliases/my-app", "", testKey, nil); st != 200 {
 		t.Fatalf("alias: %d", st)
@@ -223,7 +238,9 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if st := call(t, "POST", base+"/sandboxes", `{"templateID":"my-app:stable"}`, testKey, &sb); st != 201 {
 		t.Fatalf("create from template: %d", st)
 	}
+	fb.mu.Lock()
 	got := fb.sbs[sb.SandboxID]
+	fb.mu.Unlock()
 	if got.Image != "e2b-my-app:stable" || got.Start == nil || got.Start.Command != "python3 -m http.server 8000" ||
 		got.Start.Ready == nil || got.Start.Ready.Command.Command != `[ -n "$(ss -Htuln sport = :8000)" ]` {
 		t.Fatalf("sandbox from the template: image %q start %+v", got.Image, got.Start)
@@ -232,8 +249,8 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if st := call(t, "GET", base+"/templates/my-app/tags", "", testKey, &tags); st != 200 || len(tags) != 2 {
 		t.Fatalf("tags: %d %+v", st, tags)
 	}
-	if st := call(t, "DELETE", base+"/templates/my-app", "", testKey, nil); st != 204 || len(fi.imgs) != 0 {
-		t.Fatalf("delete template: %d, images left %v", st, fi.imgs)
+	if st := call(t, "DELETE", base+"/templates/my-app", "", testKey, nil); st != 204 || len(fi.names()) != 0 {
+		t.Fatalf("delete template: %d, images left %v", st, fi.names())
 	}
 }
 
@@ -309,3 +326,58 @@ func TestTemplateUploadEntriesStayInside(t *testing.T) {
 }
 
 func writeFile(p string, b []byte) error { return os.WriteFile(p, b, 0o600) }
+
+// A tenant's templates are its own: another tenant's key sees no alias,
+// cannot create from it, tag it or delete it; the owner can (the
+// negative control).
+func TestTemplatesAreTenantScoped(t *testing.T) {
+	fb, _ := newFake(t)
+	fi := &fakeImages{imgs: map[string]api.Image{}, contexts: map[string]map[string]string{}}
+	keys := map[string]string{"key-a": "team/a", "key-b": "team/b"}
+	h := New(fb, Options{APIKey: testKey, Builds: fi, BuildDir: t.TempDir(),
+		Tenants: func(k string) (string, bool) { v, ok := keys[k]; return v, ok }})
+	srv := httptest.NewServer(h.Wrap(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	var tr struct{ TemplateID, BuildID string }
+	if st := call(t, "POST", base+"/v3/templates", `{"name":"shared"}`, "key-a", &tr); st != 202 {
+		t.Fatalf("request build: %d", st)
+	}
+	if st := call(t, "POST", base+"/v2/templates/shared/builds/"+tr.BuildID, `{"steps":[{"type":"RUN","args":["true"]}]}`, "key-b", nil); st != 404 {
+		t.Fatalf("tenant b started tenant a's build: %d, want 404", st)
+	}
+	if st := call(t, "POST", base+"/v2/templates/shared/builds/"+tr.BuildID, `{"steps":[{"type":"RUN","args":["true"]}]}`, "key-a", nil); st != 202 {
+		t.Fatalf("start build: %d", st)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(fi.names()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the build did not finish")
+		}
+	}
+	for _, name := range fi.names() {
+		if !strings.HasPrefix(name, "e2b-t") || !strings.HasSuffix(name, ".shared:latest") {
+			t.Fatalf("tenant a's template image is named %q", name)
+		}
+	}
+	if st := call(t, "GET", base+"/templates/aliases/shared", "", "key-a", nil); st != 200 {
+		t.Fatalf("owner's alias: %d", st)
+	}
+	for _, key := range []string{"key-b", testKey} {
+		if st := call(t, "GET", base+"/templates/aliases/shared", "", key, nil); st != 404 {
+			t.Fatalf("%s sees tenant a's template: %d", key, st)
+		}
+		if st := call(t, "POST", base+"/sandboxes", `{"templateID":"shared"}`, key, nil); st != 404 {
+			t.Fatalf("%s created from tenant a's template: %d", key, st)
+		}
+		if st := call(t, "POST", base+"/templates/tags", `{"target":"shared:latest","tags":["x"]}`, key, nil); st != 404 {
+			t.Fatalf("%s tagged tenant a's template: %d", key, st)
+		}
+	}
+	call(t, "DELETE", base+"/templates/shared", "", "key-b", nil)
+	if n := fi.names(); len(n) != 1 {
+		t.Fatalf("tenant b's delete removed tenant a's template: %v", n)
+	}
+	if st := call(t, "DELETE", base+"/templates/shared", "", "key-a", nil); st != 204 || len(fi.names()) != 0 {
+		t.Fatalf("owner's delete: %d, left %v", st, fi.names())
+	}
+}
