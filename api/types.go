@@ -236,6 +236,13 @@ type PullRequest struct {
 	Name string `json:"name,omitempty"`
 }
 
+// PushRequest pushes the stored image Image (a name, digest or
+// reference) to a registry as Ref (POST /v1/images/push, operator only).
+type PushRequest struct {
+	Image string `json:"image"`
+	Ref   string `json:"ref"`
+}
+
 // Progress is one event of a long operation (pull, import, build-base),
 // streamed as server-sent events. The last event has Done or Error set.
 type Progress struct {

@@ -20,6 +20,17 @@ func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
 	return list.Images, err
 }
 
+// PushImage pushes the stored image req.Image to a registry as req.Ref
+// (operator key only). progress (may be nil) is called for each progress
+// event; the answer is the image with Ref set to where it went.
+func (c *Client) PushImage(ctx context.Context, req api.PushRequest, progress func(api.Progress)) (api.Image, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return api.Image{}, errdefs.InvalidArgument("encoding push request: %w", err)
+	}
+	return c.longOp(ctx, request{method: http.MethodPost, path: "/v1/images/push", body: bytesReader(b), contentType: "application/json"}, progress)
+}
+
 // PullImage pulls req.Ref and optionally names it. progress (may be nil) is
 // called for each progress event.
 func (c *Client) PullImage(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (api.Image, error) {

@@ -72,6 +72,11 @@ type Images interface {
 	RemoveImage(ctx context.Context, ref string) error
 }
 
+// ImagePushes pushes stored images to a registry (image.Store.Push).
+type ImagePushes interface {
+	PushImage(ctx context.Context, req api.PushRequest, progress func(api.Progress)) (api.Image, error)
+}
+
 // ImageBuilds runs Dockerfile builds (package imagebuild). The context is
 // a tar stream; progress (may be nil) gets the build log line by line.
 type ImageBuilds interface {

@@ -85,6 +85,21 @@ func (i images) BuildBase(ctx context.Context, progress func(api.Progress)) (api
 
 func (i images) RemoveImage(ctx context.Context, ref string) error { return i.s.Remove(ctx, ref) }
 
+// PushImage implements control.ImagePushes: the answer is the stored
+// image with Ref set to where it went.
+func (i images) PushImage(ctx context.Context, req api.PushRequest, progress func(api.Progress)) (api.Image, error) {
+	if _, err := i.s.Push(ctx, req.Image, req.Ref, progress); err != nil {
+		return api.Image{}, err
+	}
+	img, err := i.s.Resolve(ctx, req.Image)
+	if err != nil {
+		return api.Image{}, err
+	}
+	out := img.APIImage()
+	out.Ref = req.Ref
+	return out, nil
+}
+
 // templateImages is what the E2B template build API needs: the builder
 // and the image store's list, names and removal.
 type templateImages struct {

@@ -337,7 +337,7 @@ func Run(ctx context.Context, cfg Config) error {
 	members := membership.NewDirectory(st, st, cfg.Member.Name, cfg.Member.Stale)
 	var (
 		loop  atomic.Pointer[membership.Loop] // set once the first heartbeat went out
-		faces = e2bh.Wrap(metrics.Mount(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Volumes: host.vols, Usage: usage, Builds: builds, Events: feed})), reg.Handler(metricsToken)))
+		faces = e2bh.Wrap(metrics.Mount(web.Mount(server.New(plane, server.Options{APIKey: key, Logf: logf, Version: Version, NodeName: cfg.Member.Name, Objects: objects, Journal: st, Tenants: tenants(pol), Nodes: members, Forward: router, Pools: mgr.Pools, Volumes: host.vols, Usage: usage, Builds: builds, Events: feed, Pushes: images{s: imgs}})), reg.Handler(metricsToken)))
 		pface = http.Handler(prox)
 	)
 	if cw != nil {

@@ -48,6 +48,7 @@ var keyRules = map[string]keyRule{
 	"POST /v1/sandboxes/{name}/files/rename": {op: "rename"},
 	// Images.
 	"POST /v1/images/pull":       {op: "pull-image"},
+	"POST /v1/images/push":       {op: "push-image"},
 	"POST /v1/images/import":     {reject: rejectUpload},
 	"POST /v1/images/builds":     {reject: rejectUpload},
 	"POST /v1/images/build-base": {op: "build-base"},

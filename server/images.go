@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/policy"
 )
 
 func (s *server) listImages(w http.ResponseWriter, r *http.Request) error {
@@ -34,6 +36,31 @@ func (s *server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.longOp(w, r, func(ctx context.Context, progress func(api.Progress)) (api.Image, error) {
 		return s.b.PullImage(ctx, req, progress)
+	})
+}
+
+// pushImage pushes a stored image to a registry. It is the operator's:
+// a tenant key gets 403 (images are the host's, and a push sends them
+// wherever the caller says).
+func (s *server) pushImage(w http.ResponseWriter, r *http.Request) error {
+	if s.opts.Pushes == nil {
+		return errdefs.FailedPrecondition("this server does not push images")
+	}
+	if policy.TenantFrom(r.Context()) != "" {
+		return errdefs.PermissionDenied("pushing images is the operator's: use the daemon's own API key")
+	}
+	var req api.PushRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := validateRef("image", req.Image); err != nil {
+		return err
+	}
+	if err := validatePullRef(req.Ref); err != nil {
+		return err
+	}
+	return s.longOp(w, r, func(ctx context.Context, progress func(api.Progress)) (api.Image, error) {
+		return s.opts.Pushes.PushImage(ctx, req, progress)
 	})
 }
 

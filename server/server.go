@@ -65,6 +65,9 @@ type Options struct {
 	// Builds runs Dockerfile builds (POST /v1/images/builds); nil: that
 	// route answers 412.
 	Builds control.ImageBuilds
+	// Pushes pushes images to registries (POST /v1/images/push, operator
+	// only); nil: that route answers 412.
+	Pushes control.ImagePushes
 	// Usage serves per-sandbox metrics and tenant usage records
 	// (usage.go); nil: those routes answer failed_precondition.
 	Usage Usage
@@ -105,6 +108,7 @@ var routes = []route{
 	{"POST", "/v1/sandboxes/{name}/files/rename", (*server).rename},
 	{"GET", "/v1/images", (*server).listImages},
 	{"POST", "/v1/images/pull", (*server).pullImage},
+	{"POST", "/v1/images/push", (*server).pushImage},
 	{"POST", "/v1/images/import", (*server).importImage},
 	{"POST", "/v1/images/build-base", (*server).buildBase},
 	{"POST", "/v1/images/builds", (*server).buildImage},

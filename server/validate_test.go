@@ -2,10 +2,15 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/berth-sh/berth/api"
 )
 
 func TestValidation(t *testing.T) {
@@ -156,4 +161,39 @@ func FuzzDecodeCreate(f *testing.F) {
 			t.Fatalf("accepted %q but rejected its re-encoding: %v", data, err)
 		}
 	})
+}
+
+// Pushing images is the operator's: a tenant key gets 403 before the
+// pusher is called; the operator's key reaches it (the control).
+func TestPushImageIsTheOperators(t *testing.T) {
+	var calls int
+	s := newServer(newFake(), Options{APIKey: testKey, Logf: t.Logf,
+		Tenants: func(k string) (string, bool) { return "acme", k == "tenant-secret-key" },
+		Pushes:  pushFunc(func() { calls++ })})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	body := `{"image":"app","ref":"127.0.0.1:5000/app:v1"}`
+	for key, want := range map[string]int{"tenant-secret-key": 403, testKey: 200} {
+		req, _ := http.NewRequest("POST", ts.URL+"/v1/images/push", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Fatalf("key %s: status %d, want %d", key, res.StatusCode, want)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("the pusher was called %d times, want once (the operator's)", calls)
+	}
+}
+
+type pushFunc func()
+
+func (f pushFunc) PushImage(context.Context, api.PushRequest, func(api.Progress)) (api.Image, error) {
+	f()
+	return api.Image{Digest: "sha256:" + strings.Repeat("a", 64)}, nil
 }

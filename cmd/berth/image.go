@@ -23,7 +23,7 @@ OCI-layout tarball, or building the default debian-trixie base from Debian
 packages. Name an image with --name to refer to it by that name in
 'berth sandbox create --image'.`,
 	}
-	cmd.AddCommand(a.imagePullCmd(), a.imageImportCmd(), a.imageBuildCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageBuildBaseCmd())
+	cmd.AddCommand(a.imagePullCmd(), a.imagePushCmd(), a.imageImportCmd(), a.imageBuildCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageBuildBaseCmd())
 	return cmd
 }
 
@@ -83,6 +83,36 @@ Examples:
 	}
 	cmd.Flags().StringVar(&name, "name", "", "also name the image (e.g. node)")
 	return cmd
+}
+
+func (a *app) imagePushCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "push IMAGE REF",
+		Short: "Push a stored image to a registry (same digest)",
+		Long: `Push a stored image (a name, digest or reference, as 'berth image ls'
+shows them) to a registry as REF. The manifest, config and layers go byte
+for byte, so the image keeps its digest there; blobs the registry has
+already are skipped. Plain HTTP is used only for loopback registries;
+credentials come from the daemon user's docker config
+(~/.docker/config.json). Pushing is the operator's: a tenant key gets 403.
+
+Examples:
+  berth image push myapp:v1 registry.example.com/team/myapp:v1
+  berth image push e2b-my-template:latest 127.0.0.1:5000/templates/my-template:latest`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			img, err := c.PushImage(cmd.Context(), api.PushRequest{Image: args[0], Ref: args[1]}, a.printProgress)
+			if err != nil {
+				return err
+			}
+			a.printImage("pushed", img)
+			return nil
+		},
+	}
 }
 
 func (a *app) imageImportCmd() *cobra.Command {
