@@ -69,8 +69,8 @@ func (t *tools) register(s *sdk.Server) {
 	}, t.fileRead)
 	sdk.AddTool(s, &sdk.Tool{
 		Name: "file_write",
-		Description: "Write a file in a sandbox, creating it or replacing its content (parent directories must exist; " +
-			"create them with exec mkdir -p). content is text, or base64 with encoding \"base64\".",
+		Description: "Write a file in a sandbox, creating it (and its missing parent directories) or replacing its content. " +
+			"content is text, or base64 with encoding \"base64\".",
 		Annotations: &sdk.ToolAnnotations{Title: "Write a file", DestructiveHint: ptr(true), IdempotentHint: true},
 	}, t.fileWrite)
 	sdk.AddTool(s, &sdk.Tool{
