@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
-all_tags=berthtest,integration,adversarial,compat,browser,cluster
+all_tags=berthtest,integration,adversarial,compat,browser,cluster,mcp
 echo "==> gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then

@@ -13,7 +13,8 @@
 #      on one PostgreSQL and one versitygw; spread, the E2B SDK across
 #      nodes, locality, node loss, fencing, partition, S3 down),
 #      the E2B SDK compatibility tests: the pinned npm SDKs (from
-#      test/compat/package-lock.json) against `berth serve`,
+#      test/compat/package-lock.json) against `berth serve`, and the
+#      official MCP TypeScript client (test/mcp) driving `berth mcp`,
 #   4. a short run of each fuzz target (30 s each),
 #   5. the adversarial suite (test/adversarial: escapes and DoS with
 #      negative controls) against its own `berth serve`, its subset
@@ -54,6 +55,9 @@ echo "==> cluster tests (three nodes in network namespaces, one PostgreSQL, one 
 BERTH_BIN="$PWD/bin" go test -count=1 -tags cluster -timeout 15m -v ./test/cluster/
 echo "==> E2B SDK compatibility tests"
 BERTH_BIN="$PWD/bin" go test -count=1 -tags compat -timeout 20m -v ./test/compat/
+echo "==> MCP client tests (the official MCP TypeScript client driving berth mcp)"
+(cd test/mcp && npm ci --no-audit --no-fund)
+BERTH_BIN="$PWD/bin" go test -count=1 -tags mcp -timeout 10m -v ./test/mcp/
 echo "==> fuzz targets (30 s each)"
 go test -run='^$' -fuzz='^FuzzUnpack$' -fuzztime=30s -fuzzminimizetime=5s ./image/
 go test -run='^$' -fuzz='^FuzzDecodeRequests$' -fuzztime=30s -fuzzminimizetime=5s ./server/

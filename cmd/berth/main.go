@@ -151,6 +151,7 @@ Quick start:
 		a.nodeCmd(),
 		a.poolCmd(),
 		a.topCmd(),
+		a.mcpCmd(),
 	)
 	return root
 }
