@@ -92,3 +92,51 @@ test("create, exec, files, destroy", async () => {
   assert.equal(gone.isError, true);
   assert.match(gone.content[0].text, /^not_found: /);
 });
+
+test("process and port, preview, code, snapshot and fork", async () => {
+  const box = `${name}-more`;
+  await call("sandbox_create", { name: box });
+  const forks = [];
+  try {
+    // A server started as a background process, then waited for.
+    await call("exec", { sandbox: box, command: "mkdir -p /tmp/www && echo served > /tmp/www/index.html" });
+    const p = await call("process_start", { sandbox: box, command: "cd /tmp/www && exec python3 -m http.server 8000 --bind 127.0.0.1", id: "web" });
+    assert.equal(p.id, "web");
+    assert.equal(p.status, "running");
+    const ready = await call("wait_for_port", { sandbox: box, process: "web", port: 8000, timeoutMs: 30_000 });
+    assert.equal(ready.ready, true);
+    assert.equal(ready.statusCode, 200);
+    const got = await call("exec", { sandbox: box, command: "curl -s http://127.0.0.1:8000/index.html" });
+    assert.equal(got.stdout, "served\n");
+    // A wait on a process that ends first is a tool error, not a hang.
+    await call("process_start", { sandbox: box, command: "exit 3", id: "quits" });
+    const never = await client.callTool({ name: "wait_for_port", arguments: { sandbox: box, process: "quits", port: 8001, timeoutMs: 30_000 } });
+    assert.equal(never.isError, true, JSON.stringify(never.content));
+
+    const ex = await call("expose_port", { sandbox: box, port: 8000 });
+    assert.equal(ex.port, 8000);
+    assert.match(ex.url, /^https?:\/\//);
+    assert.match(ex.pathUrl, /^https?:\/\//);
+
+    // Python keeps state between runs of the same context.
+    await call("run_code", { sandbox: box, code: "x = 20" });
+    const rc = await call("run_code", { sandbox: box, code: "x * 2 + 2" });
+    assert.deepEqual(rc.results, ["42"]);
+    const bad = await call("run_code", { sandbox: box, code: "1/0" });
+    assert.equal(bad.error.name, "ZeroDivisionError");
+
+    await call("file_write", { sandbox: box, path: "/home/user/state.txt", content: "before fork\n" });
+    const snap = await call("snapshot", { sandbox: box, name: "mcp-snap" });
+    assert.match(snap.id, /^snap_/);
+    const fk = await call("fork", { sandbox: box, count: 2 });
+    assert.equal(fk.sandboxes.length, 2);
+    for (const s of fk.sandboxes) forks.push(s.name);
+    // Each fork has the source's files and is independent of the others.
+    await call("exec", { sandbox: forks[0], command: "echo only-in-0 > /home/user/mine.txt" });
+    const f1 = await call("exec", { sandbox: forks[1], command: "cat /home/user/state.txt; test -e /home/user/mine.txt && echo leaked || echo independent" });
+    assert.equal(f1.stdout, "before fork\nindependent\n");
+  } finally {
+    for (const f of forks) await client.callTool({ name: "sandbox_destroy", arguments: { name: f } });
+    await client.callTool({ name: "sandbox_destroy", arguments: { name: box } });
+  }
+});
