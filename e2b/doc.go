@@ -40,9 +40,10 @@
 // build records (status and logs) live in memory, so a build in
 // flight when berth stops is lost (its finished images are not);
 // uploads go to a URL on berth itself, signed per template and hash,
-// and are kept under <data>/e2b-builds/files. A tenant's templates are
-// its own: its images are "e2b-t<hash of the tenant>.<name>:<tag>", which
-// no other key resolves, tags or deletes.
+// and are kept under <data>/e2b-builds/files/<scope>/<template>. A
+// tenant's templates are its own: its images are "e2b-t<hash of the
+// tenant>.<name>:<tag>", which no other key resolves, tags or deletes, and
+// its uploads live under its own scope (the link is signed for it).
 //
 // Not supported yet, and what the SDK gets instead (never a hang):
 //

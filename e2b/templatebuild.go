@@ -121,9 +121,20 @@ func tplPrefix(tenant, name string) string {
 	if tenant == "" {
 		return tplImagePrefix + name + ":"
 	}
-	sum := sha256.Sum256([]byte(tenant))
-	return tplImagePrefix + "t" + hex.EncodeToString(sum[:6]) + "." + name + ":"
+	return tplImagePrefix + tenantScope(tenant) + "." + name + ":"
 }
+
+// tenantScope names a tenant in image names and upload paths: "op" for
+// the operator, "t<12 hex of sha256(tenant)>" for a tenant.
+func tenantScope(tenant string) string {
+	if tenant == "" {
+		return "op"
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	return "t" + hex.EncodeToString(sum[:6])
+}
+
+var scopeRE = regexp.MustCompile(`^(op|t[0-9a-f]{12})$`)
 
 func tplImage(tenant, name, tag string) string {
 	if tag == "" {
@@ -218,15 +229,18 @@ func (h *Handler) build(r *http.Request, templateID, buildID string) (*tplBuild,
 	return b, nil
 }
 
-// uploadToken signs an upload URL for the file set hash of a template.
-func (h *Handler) uploadToken(templateID, hash string) string {
+// uploadToken signs an upload URL for the file set hash of a template
+// of the tenant whose scope is scope.
+func (h *Handler) uploadToken(scope, templateID, hash string) string {
 	m := hmac.New(sha256.New, h.secret)
-	m.Write([]byte("e2b-template-upload\x00" + templateID + "\x00" + hash))
+	m.Write([]byte("e2b-template-upload\x00" + scope + "\x00" + templateID + "\x00" + hash))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func (h *Handler) uploadPath(templateID, hash string) string {
-	return filepath.Join(h.opts.BuildDir, "files", templateID, hash)
+// uploadPath is where a file set is kept: per tenant scope and template,
+// so one tenant's upload never stands in for another's.
+func (h *Handler) uploadPath(scope, templateID, hash string) string {
+	return filepath.Join(h.opts.BuildDir, "files", scope, templateID, hash)
 }
 
 // fileUploadLink is GET /templates/{id}/files/{hash}: whether the file
@@ -239,13 +253,14 @@ func (h *Handler) fileUploadLink(w http.ResponseWriter, r *http.Request, templat
 	if !tplNameRE.MatchString(templateID) || !hashRE.MatchString(hash) {
 		return errdefs.InvalidArgument("invalid template %q or files hash %q (want 64 hex digits)", templateID, hash)
 	}
-	_, err := os.Stat(h.uploadPath(templateID, hash))
+	scope := tenantScope(policy.TenantFrom(r.Context()))
+	_, err := os.Stat(h.uploadPath(scope, templateID, hash))
 	present := err == nil
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	url := fmt.Sprintf("%s://%s/templates/%s/files/%s?token=%s", scheme, r.Host, templateID, hash, h.uploadToken(templateID, hash))
+	url := fmt.Sprintf("%s://%s/templates/%s/files/%s?scope=%s&token=%s", scheme, r.Host, templateID, hash, scope, h.uploadToken(scope, templateID, hash))
 	writeJSON(w, http.StatusOK, map[string]any{"present": present, "url": url})
 	return nil
 }
@@ -272,11 +287,15 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, templateID, has
 	if !tplNameRE.MatchString(templateID) || !hashRE.MatchString(hash) {
 		return errdefs.InvalidArgument("invalid template %q or files hash %q", templateID, hash)
 	}
-	want := h.uploadToken(templateID, hash)
+	scope := r.URL.Query().Get("scope")
+	if !scopeRE.MatchString(scope) {
+		return errdefs.Unauthenticated("invalid upload link (scope %q)", scope)
+	}
+	want := h.uploadToken(scope, templateID, hash)
 	if subtle.ConstantTimeCompare([]byte(r.URL.Query().Get("token")), []byte(want)) != 1 {
 		return errdefs.Unauthenticated("invalid upload token")
 	}
-	dst := h.uploadPath(templateID, hash)
+	dst := h.uploadPath(scope, templateID, hash)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
@@ -343,7 +362,8 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request, templateID,
 	if err != nil {
 		return err
 	}
-	df, files, err := templateDockerfile(base, body, buildID, func(hash string) string { return h.uploadPath(templateID, hash) })
+	scope := tenantScope(b.tenant)
+	df, files, err := templateDockerfile(base, body, buildID, func(hash string) string { return h.uploadPath(scope, templateID, hash) })
 	if err != nil {
 		return err
 	}
@@ -427,7 +447,8 @@ func (h *Handler) logBuild(b *tplBuild, level, msg string) {
 func (h *Handler) runTemplateBuild(ctx context.Context, b *tplBuild, dockerfile string, files []string, force bool) {
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(writeTemplateContext(pw, dockerfile, files, func(hash string) string { return h.uploadPath(b.template, hash) }))
+		scope := tenantScope(b.tenant)
+		pw.CloseWithError(writeTemplateContext(pw, dockerfile, files, func(hash string) string { return h.uploadPath(scope, b.template, hash) }))
 	}()
 	req := api.BuildRequest{Name: tplImage(b.tenant, b.template, b.tags[0]), NoCache: force}
 	h.logBuild(b, "info", fmt.Sprintf("Building template %s (berth image %s)", b.template, req.Name))

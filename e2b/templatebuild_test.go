@@ -373,6 +373,31 @@ func TestTemplatesAreTenantScoped(t *testing.T) {
 			t.Fatalf("%s tagged tenant a's template: %d", key, st)
 		}
 	}
+	// Uploads are per tenant too: tenant a's file set is not present for
+	// tenant b (whose link is its own), and a's link cannot be replayed
+	// with b's scope.
+	hash := strings.Repeat("e", 64)
+	var la, lb struct {
+		Present bool
+		URL     string
+	}
+	call(t, "GET", base+"/templates/shared/files/"+hash, "", "key-a", &la)
+	if st := call(t, "PUT", la.URL, string(gzTar(t, map[string]string{"f": "a's"})), "", nil); st != 200 {
+		t.Fatalf("tenant a's upload: %d", st)
+	}
+	call(t, "GET", base+"/templates/shared/files/"+hash, "", "key-b", &lb)
+	if lb.Present || lb.URL == la.URL {
+		t.Fatalf("tenant b sees tenant a's upload (present %v) or gets its link", lb.Present)
+	}
+	call(t, "GET", base+"/templates/shared/files/"+hash, "", "key-a", &la)
+	if !la.Present {
+		t.Fatal("negative control: tenant a's own upload is not present for it")
+	}
+	swapped := strings.Replace(la.URL, "scope=t", "scope=op&x=t", 1)
+	if st := call(t, "PUT", swapped, "evil", "", nil); st != 401 {
+		t.Fatalf("a's token under another scope: %d, want 401", st)
+	}
+
 	call(t, "DELETE", base+"/templates/shared", "", "key-b", nil)
 	if n := fi.names(); len(n) != 1 {
 		t.Fatalf("tenant b's delete removed tenant a's template: %v", n)
