@@ -241,6 +241,12 @@ func TestSerializationRetried(t *testing.T) {
 	}
 	const workers, each = 4, 15
 	var wg sync.WaitGroup
+	// Workers 0 and 1 (one on each store) meet after the read of their
+	// first transaction, so the two overlap for certain and one of them
+	// hits a serialization failure; without it a loaded machine can run
+	// the workers one after another and provoke none (CI did).
+	var meet sync.WaitGroup
+	meet.Add(2)
 	for w := 0; w < workers; w++ {
 		s := a
 		if w%2 == 1 {
@@ -249,6 +255,7 @@ func TestSerializationRetried(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
+			met := w >= 2
 			for i := 0; i < each; i++ {
 				// Read-modify-write in one transaction: the read
 				// makes concurrent commits conflict under SERIALIZABLE.
@@ -257,6 +264,11 @@ func TestSerializationRetried(t *testing.T) {
 					err := tx.QueryRow(ctx, `SELECT COALESCE((SELECT convert_from(value, 'UTF8')::int FROM object_kv WHERE object = 'o' AND key = 'n'), 0)`).Scan(&n)
 					if err != nil {
 						return err
+					}
+					if !met { // the first attempt only: a retry goes on
+						met = true
+						meet.Done()
+						meet.Wait()
 					}
 					_, err = tx.Exec(ctx, `INSERT INTO object_kv(object, key, value) VALUES('o', 'n', convert_to($1::text, 'UTF8'))
 						ON CONFLICT(object, key) DO UPDATE SET value = excluded.value`, fmt.Sprint(n+1))
