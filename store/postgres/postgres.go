@@ -329,34 +329,20 @@ func (s *Store) JournalAfter(ctx context.Context, afterSeq int64, limit int) ([]
 	if limit <= 0 {
 		limit = 1000
 	}
-	var out []store.JournalEntry
-	err := s.retry(ctx, func() error {
-		out = nil
-		rows, err := s.pool.Query(ctx, `SELECT `+journalCols+` FROM journal WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			e, err := scanJournal(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, e)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fail(ctx, err, "read journal")
-	}
-	return out, nil
+	return s.queryJournal(ctx, `SELECT `+journalCols+` FROM journal WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)
 }
 
 func (s *Store) Journal(ctx context.Context, sandbox string) ([]store.JournalEntry, error) {
+	return s.queryJournal(ctx, `SELECT `+journalCols+` FROM journal WHERE sandbox = $1 ORDER BY seq`, sandbox)
+}
+
+// queryJournal runs a query of journal rows (journalCols), retried like
+// every read.
+func (s *Store) queryJournal(ctx context.Context, query string, args ...any) ([]store.JournalEntry, error) {
 	var out []store.JournalEntry
 	err := s.retry(ctx, func() error {
 		out = nil
-		rows, err := s.pool.Query(ctx, `SELECT `+journalCols+` FROM journal WHERE sandbox = $1 ORDER BY seq`, sandbox)
+		rows, err := s.pool.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}

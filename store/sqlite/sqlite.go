@@ -178,26 +178,20 @@ func (s *Store) JournalAfter(ctx context.Context, afterSeq int64, limit int) ([]
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+journalCols+` FROM journal WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read journal after %d: %w", afterSeq, err)
-	}
-	defer rows.Close()
-	var out []store.JournalEntry
-	for rows.Next() {
-		e, err := scanJournal(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return s.queryJournal(ctx, fmt.Sprintf("read journal after %d", afterSeq),
+		`SELECT `+journalCols+` FROM journal WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
 }
 
 func (s *Store) Journal(ctx context.Context, sandbox string) ([]store.JournalEntry, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+journalCols+` FROM journal WHERE sandbox = ? ORDER BY seq`, sandbox)
+	return s.queryJournal(ctx, "read journal", `SELECT `+journalCols+` FROM journal WHERE sandbox = ? ORDER BY seq`, sandbox)
+}
+
+// queryJournal runs a query of journal rows (journalCols); what names it
+// in the error.
+func (s *Store) queryJournal(ctx context.Context, what, query string, args ...any) ([]store.JournalEntry, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []store.JournalEntry
