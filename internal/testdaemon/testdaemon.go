@@ -201,3 +201,21 @@ func CheckTestBuild(dir string) error {
 	}
 	return fmt.Errorf("%s was built without -tags berthtest, so its test switches and failpoints are absent; build it with BERTH_BUILD_TAGS=berthtest scripts/build.sh", path)
 }
+
+// SuiteDigit is BERTH_IT_ID when it is one digit 1-9, else "0": the digit
+// a suite puts in its subnet and user-namespace ids so that suites given
+// different ids never collide on one machine.
+func SuiteDigit() string {
+	if v := os.Getenv("BERTH_IT_ID"); len(v) == 1 && v[0] >= '1' && v[0] <= '9' {
+		return v
+	}
+	return "0"
+}
+
+// EnvOr is the environment variable k, or def when it is unset or empty.
+func EnvOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

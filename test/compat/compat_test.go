@@ -22,24 +22,10 @@ import (
 var (
 	itID    = os.Getenv("BERTH_IT_ID")
 	bridge  = "berthcp" + itID
-	subnet  = "10.17" + idDigit() + ".0.0/16"
+	subnet  = "10.17" + testdaemon.SuiteDigit() + ".0.0/16"
 	runDir  = "/run/berth-cp" + itID
-	dataDir = envOr("BERTH_COMPAT_DATA", "/var/tmp/berth-it"+itID)
+	dataDir = testdaemon.EnvOr("BERTH_COMPAT_DATA", "/var/tmp/berth-it"+itID)
 )
-
-func idDigit() string {
-	if len(itID) == 1 && itID[0] >= '1' && itID[0] <= '9' {
-		return itID
-	}
-	return "0"
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
 
 // startDaemon runs berth serve with extra flags and returns its URL and
 // API key.
@@ -52,7 +38,7 @@ func startDaemon(t *testing.T, args ...string) (string, string) {
 		Bin: bin, Data: dataDir, RunDir: runDir, Bridge: bridge, Subnet: subnet,
 		// Host ids disjoint from any other berth on this machine (the
 		// integration and adversarial suites, a berth from up.sh).
-		UserNSBase: 3<<29 + uint32(idDigit()[0]-'0')<<24,
+		UserNSBase: 3<<29 + uint32(testdaemon.SuiteDigit()[0]-'0')<<24,
 		Log:        filepath.Join(os.TempDir(), "berth-compat"+itID+"-daemon.log"),
 		Args:       args,
 	})

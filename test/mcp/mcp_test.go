@@ -23,24 +23,10 @@ import (
 var (
 	itID    = os.Getenv("BERTH_IT_ID")
 	bridge  = "berthmcp" + itID
-	subnet  = "10.19" + idDigit() + ".0.0/16"
+	subnet  = "10.19" + testdaemon.SuiteDigit() + ".0.0/16"
 	runDir  = "/run/berth-mcp" + itID
-	dataDir = envOr("BERTH_MCP_DATA", "/var/tmp/berth-it"+itID)
+	dataDir = testdaemon.EnvOr("BERTH_MCP_DATA", "/var/tmp/berth-it"+itID)
 )
-
-func idDigit() string {
-	if len(itID) == 1 && itID[0] >= '1' && itID[0] <= '9' {
-		return itID
-	}
-	return "0"
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
 
 func TestMCPClient(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -61,7 +47,7 @@ func TestMCPClient(t *testing.T) {
 		Bin: bin, Data: dataDir, RunDir: runDir, Bridge: bridge, Subnet: subnet,
 		// Host ids disjoint from the other suites' (integration 1<<29,
 		// adversarial 1<<30, compat 3<<29, cluster 7<<28; all below 2^31).
-		UserNSBase: 3<<28 + uint32(idDigit()[0]-'0')<<24,
+		UserNSBase: 3<<28 + uint32(testdaemon.SuiteDigit()[0]-'0')<<24,
 		Log:        filepath.Join(os.TempDir(), "berth-mcp"+itID+"-daemon.log"),
 	})
 	if err != nil {
